@@ -1,0 +1,208 @@
+"""Problem registry.
+
+A problem is a plain module (built-in ones live in this package; more directories can be
+added with ``AUTOWEB_PROBLEM_DIRS``, ``os.pathsep``-separated, or ``--problems-dir``).
+It is the single source of truth for reference, inputs, shapes and tolerances: the harness,
+the tests and the benchmarks all import it from here.
+
+Module contract (see docs/problems.md):
+
+    SIGNATURE: str                      # "kernel(x, weight)"
+    DESCRIPTION: str
+    def reference(*inputs) -> Tensor    # pure PyTorch; the eager baseline (torch.compile'd for the other)
+    def make_inputs(shape, dtype, device, generator) -> tuple[Tensor, ...]
+    SHAPES_FULL: list[dict[str, int]]   # GPU sweep
+    SHAPES_SMOKE: list[dict[str, int]]  # CPU interpreter sweep
+    DTYPES: dict[str, torch.dtype]      # {"cuda": torch.bfloat16, "interpret": torch.float32}
+    TOLERANCE: dict[torch.dtype, dict]  # {"atol": .., "rtol": .., "l2": ..}; atol is relative to rms(ref)
+    def flops(shape) -> float
+    def bytes(shape, dtype) -> float    # minimum DRAM traffic: each input read once, output written once
+    def oracle(*inputs_fp64) -> Tensor  # optional; defaults to reference on float64 inputs
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+BUILTIN_DIR = Path(__file__).resolve().parent
+SEEDS_DIR = BUILTIN_DIR.parent / "seeds"
+BUILTIN = (
+    "softmax",
+    "rmsnorm",
+    "layernorm",
+    "swiglu",
+    "rope",
+    "matmul",
+    "matmul_bias_gelu",
+    "attention",
+)
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_REQUIRED = (
+    "SIGNATURE",
+    "reference",
+    "make_inputs",
+    "SHAPES_FULL",
+    "SHAPES_SMOKE",
+    "DTYPES",
+    "TOLERANCE",
+    "flops",
+    "bytes",
+)
+
+
+class ProblemError(ValueError):
+    """A problem name or module that cannot be used; the message says why."""
+
+
+def shape_label(shape: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    path: Path
+    module: ModuleType = field(repr=False, compare=False)
+
+    @property
+    def signature(self) -> str:
+        return self.module.SIGNATURE
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        inner = self.signature[self.signature.index("(") + 1 : self.signature.rindex(")")]
+        return tuple(a.strip() for a in inner.split(",") if a.strip())
+
+    @property
+    def description(self) -> str:
+        return getattr(self.module, "DESCRIPTION", "")
+
+    @property
+    def seed_path(self) -> Path:
+        own = getattr(self.module, "SEED", None)
+        if own:
+            return (self.path.parent / own).resolve()
+        return SEEDS_DIR / f"{self.name}.py"
+
+    def shapes(self, tier: str) -> list[dict[str, int]]:
+        if tier == "full":
+            return [dict(s) for s in self.module.SHAPES_FULL]
+        if tier == "smoke":
+            return [dict(s) for s in self.module.SHAPES_SMOKE]
+        raise ProblemError(f"unknown shape tier {tier!r}: use 'smoke' or 'full'")
+
+    def dtype(self, device_kind: str) -> torch.dtype:
+        key = "interpret" if device_kind == "interpret" else "cuda"
+        return self.module.DTYPES[key]
+
+    def tolerance(self, dtype: torch.dtype) -> dict[str, float]:
+        return dict(self.module.TOLERANCE[dtype])
+
+    def make_inputs(
+        self, shape: dict[str, int], dtype: torch.dtype, device: str, seed: int
+    ) -> tuple[torch.Tensor, ...]:
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        inputs = self.module.make_inputs(shape, dtype, device, gen)
+        return tuple(inputs)
+
+    def reference(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.module.reference(*inputs)
+
+    def oracle(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """The reference in float64: what every candidate output is compared against."""
+        hp = tuple(x.double() if x.is_floating_point() else x for x in inputs)
+        fn: Callable[..., torch.Tensor] = getattr(self.module, "oracle", self.module.reference)
+        with torch.no_grad():
+            return fn(*hp)
+
+    def flops(self, shape: dict[str, int]) -> float:
+        return float(self.module.flops(shape))
+
+    def bytes(self, shape: dict[str, int], dtype: torch.dtype) -> float:
+        return float(self.module.bytes(shape, dtype))
+
+    def reference_source(self) -> str:
+        return inspect.getsource(self.module.reference)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "signature": self.signature,
+            "description": self.description,
+            "path": str(self.path),
+            "dtypes": {k: str(v).replace("torch.", "") for k, v in self.module.DTYPES.items()},
+            "shapes": {
+                "smoke": [shape_label(s) for s in self.shapes("smoke")],
+                "full": [shape_label(s) for s in self.shapes("full")],
+            },
+        }
+
+
+def problem_dirs(extra: list[str] | None = None) -> list[Path]:
+    dirs = [BUILTIN_DIR]
+    env = os.environ.get("AUTOWEB_PROBLEM_DIRS", "")
+    for raw in [*env.split(os.pathsep), *(extra or [])]:
+        if raw.strip():
+            p = Path(raw).expanduser().resolve()
+            if not p.is_dir():
+                raise ProblemError(f"problem directory {raw!r} does not exist")
+            dirs.append(p)
+    return dirs
+
+
+def _candidates(dirs: list[Path]) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in dirs:
+        for f in sorted(d.glob("*.py")):
+            if f.name.startswith("_"):
+                continue
+            found.setdefault(f.stem, f)  # built-ins win over a same-named user file
+    return found
+
+
+def _import(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"autoweb_problem_{name}", path)
+    if spec is None or spec.loader is None:
+        raise ProblemError(f"cannot import problem {name!r} from {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    missing = [a for a in _REQUIRED if not hasattr(mod, a)]
+    if missing:
+        raise ProblemError(f"problem {name!r} ({path}) lacks {', '.join(missing)}")
+    return mod
+
+
+_cache: dict[Path, Problem] = {}
+
+
+def load(name: str, extra_dirs: list[str] | None = None) -> Problem:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ProblemError(f"invalid problem name {name!r}")
+    found = _candidates(problem_dirs(extra_dirs))
+    if name not in found:
+        raise ProblemError(f"unknown problem {name!r}; known: {', '.join(sorted(found))}")
+    path = found[name]
+    if path not in _cache:
+        _cache[path] = Problem(name=name, path=path, module=_import(name, path))
+    return _cache[path]
+
+
+def names(extra_dirs: list[str] | None = None) -> list[str]:
+    found = _candidates(problem_dirs(extra_dirs))
+    builtin = [n for n in BUILTIN if n in found]
+    return builtin + sorted(n for n in found if n not in BUILTIN)
+
+
+def all_problems(extra_dirs: list[str] | None = None) -> list[Problem]:
+    return [load(n, extra_dirs) for n in names(extra_dirs)]
