@@ -1,0 +1,437 @@
+"""What the sandboxed child does with one spec. Imported by runner.py before any candidate.
+
+Nothing here decides correctness: outputs go to files the parent compares with its own
+float64 reference. Observations that only this process can make are reported as facts:
+torch ops the candidate dispatched, aliasing, mutated inputs, output type, stream leaks,
+CUDA-graph capture, tampering with torch/triton/timers/the harness, timings.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import importlib.util
+import json
+import math
+import os
+import random
+import sys
+import time
+import types
+from pathlib import Path
+
+import torch
+import triton
+import triton.language
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kernels.harness import runner, static, timing
+
+# aten ops a candidate may dispatch: allocation, views, copies and metadata. Anything else is
+# a torch compute op, i.e. library fallback.
+ALLOWED_OPS = frozenset(
+    """empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros
+    zero_ fill_ full full_like new_full ones ones_like new_ones view _unsafe_view reshape
+    as_strided t transpose permute expand select slice unsqueeze squeeze detach alias
+    lift_fresh clone copy_ _to_copy contiguous unbind split split_with_sizes narrow flatten
+    unflatten view_as expand_as movedim sym_size sym_stride sym_numel sym_storage_offset
+    stride size is_contiguous _local_scalar_dense dim numel is_same_size""".split()
+)
+# Triton's CPU interpreter moves arguments to numpy and back through these.
+INTERPRETER_OPS = frozenset({"set_"})
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records every aten op dispatched while a candidate runs."""
+
+    def __init__(self, allowed: frozenset[str]) -> None:
+        super().__init__()
+        self.allowed = allowed
+        self.violations: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name not in self.allowed:
+            key = f"aten.{name}"
+            self.violations[key] = self.violations.get(key, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+# ---- tamper detection -------------------------------------------------------------------
+
+
+def _watched() -> dict[str, object]:
+    import torch.nn.functional as F
+
+    mods = {
+        "torch": torch,
+        "torch.Tensor": torch.Tensor,
+        "torch.nn.functional": F,
+        "torch.cuda": torch.cuda,
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.CUDAGraph": torch.cuda.CUDAGraph,
+        "triton": triton,
+        "triton.language": triton.language,
+        "time": time,
+        "math": math,
+        "functools": functools,
+        "builtins": builtins,
+        "json": json,
+        "os": os,
+        "random": random,
+        "kernels.harness.childrun": sys.modules[__name__],
+        "kernels.harness.timing": timing,
+        "kernels.harness.runner": runner,
+        "TorchDispatchMode": TorchDispatchMode,
+    }
+    try:
+        import triton.testing as tt
+
+        mods["triton.testing"] = tt
+    except Exception:  # pragma: no cover - optional
+        pass
+    return mods
+
+
+def _globals_state() -> dict[str, object]:
+    return {
+        "allow_tf32(matmul)": torch.backends.cuda.matmul.allow_tf32,
+        "allow_tf32(cudnn)": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "default_dtype": torch.get_default_dtype(),
+        "grad_enabled": torch.is_grad_enabled(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "dispatch_mode_class": OpRecorder.__torch_dispatch__,
+    }
+
+
+class Snapshot:
+    def __init__(self) -> None:
+        self.objs = _watched()
+        self.ids = {
+            name: {k: id(v) for k, v in vars(obj).items() if not k.startswith("_")}
+            for name, obj in self.objs.items()
+        }
+        self.state = _globals_state()
+
+    def changes(self) -> list[str]:
+        found = []
+        for name, obj in self.objs.items():
+            now = vars(obj)
+            for k, i in self.ids[name].items():
+                if k not in now:
+                    found.append(f"{name}.{k} was deleted")
+                elif id(now[k]) != i:
+                    found.append(f"{name}.{k} was replaced")
+        for k, v in _globals_state().items():
+            if v != self.state[k]:
+                found.append(f"global setting {k} changed from {self.state[k]!r} to {v!r}")
+        return found
+
+
+# ---- candidate loading ------------------------------------------------------------------
+
+
+def _restricted_builtins() -> dict:
+    safe = {k: v for k, v in vars(builtins).items() if k not in static.FORBIDDEN_BUILTINS}
+    real_import = builtins.__import__
+
+    # The static check holds candidates to the exact allow-list. Here, torch's C++ dispatcher
+    # also imports its own submodules through the calling frame's builtins, so any submodule
+    # of an allowed top-level package passes; everything else (os, sys, ctypes ...) fails.
+    roots = {m.split(".")[0] for m in static.ALLOWED_IMPORTS}
+
+    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level or name.split(".")[0] not in roots:
+            raise ImportError(f"import of {name!r} is not allowed in a candidate")
+        return real_import(name, globals, locals, fromlist, level)
+
+    safe["__import__"] = guarded_import
+    return safe
+
+
+def load_candidate(path: str, index: int) -> types.ModuleType:
+    name = f"autoweb_candidate_{index}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    mod.__dict__["__builtins__"] = _restricted_builtins()
+    sys.modules[name] = mod  # Triton resolves a jitted function's module by name
+    spec.loader.exec_module(mod)
+    if not callable(getattr(mod, "kernel", None)):
+        raise TypeError("candidate defines no callable kernel")
+    return mod
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a0, a1 = _storage_span(a)
+    b0, b1 = _storage_span(b)
+    return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(
+        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
+    )
+
+
+def write_tensor(t: torch.Tensor, out_dir: Path, tag: str) -> dict:
+    host = t.detach().contiguous().cpu()
+    path = out_dir / f"{tag}.bin"
+    host.reshape(-1).view(torch.uint8).numpy().tofile(path)
+    return {
+        "file": str(path),
+        "shape": list(host.shape),
+        "dtype": str(host.dtype).replace("torch.", ""),
+    }
+
+
+def describe_output(out, inputs, device: str, dtype: torch.dtype) -> list[str]:
+    """Why `out` is not a plain tensor the harness can accept (empty list: it is)."""
+    if not isinstance(out, torch.Tensor):
+        return [f"kernel returned {type(out).__name__}, not a torch.Tensor"]
+    bad = []
+    if type(out) is not torch.Tensor:
+        bad.append(f"kernel returned a tensor subclass ({type(out).__name__})")
+    if out.layout != torch.strided:
+        bad.append(f"output layout is {out.layout}, not strided")
+    if out.is_meta or out.device.type != ("cuda" if device == "cuda" else "cpu"):
+        bad.append(f"output is on {out.device}, inputs on {inputs[0].device}")
+    if out.dtype != dtype:
+        bad.append(f"output dtype is {out.dtype}, expected {dtype}")
+    if out.requires_grad:
+        bad.append("output requires grad")
+    return bad
+
+
+def poison(inputs, device: str) -> None:
+    """Leave NaN-filled freed blocks behind so an output nobody writes reads as NaN."""
+    n = sum(x.numel() for x in inputs) * 2 + 1024
+    junk = torch.full((n,), float("nan"), dtype=torch.float32, device=inputs[0].device)
+    _sync(device)
+    del junk
+
+
+class Candidate:
+    def __init__(self, mod, recorder: OpRecorder) -> None:
+        self.mod = mod
+        self.recorder = recorder
+
+    def __call__(self, inputs):
+        with self.recorder:
+            return self.mod.kernel(*inputs)
+
+
+# ---- phases -----------------------------------------------------------------------------
+
+
+def verify_shape(i, shape, spec, problem, cand: Candidate, snap, send) -> bool:
+    device, dtype = spec["device"], getattr(torch, spec["dtype"])
+    seeds = spec["seeds"][i]
+    out_dir = Path(spec["out_dir"]) / f"s{i}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tdev = "cuda" if device == "cuda" else "cpu"
+    facts: dict[str, object] = {"problems": []}
+    probs: list[str] = facts["problems"]
+    outputs: dict[str, dict] = {}
+
+    a = problem.make_inputs(shape, dtype, tdev, seeds["first"])
+    saved = [x.clone() for x in a]
+    poison(a, device)
+    out1 = cand(a)
+    _sync(device)
+    bad = describe_output(out1, a, device, dtype)
+    if bad:
+        send(t="verified", i=i, outputs={}, facts={"problems": bad, "kind": "malformed"})
+        return False
+    if any(_overlaps(out1, x) for x in a):
+        probs.append("output aliases an input (shares its storage)")
+    if any(not _same_bits(x, y) for x, y in zip(a, saved, strict=True)):
+        probs.append("candidate mutated an input")
+    if device == "cuda":
+        # Work launched on another stream and not joined shows up as an output that still
+        # changes after the launching stream is done.
+        ev = torch.cuda.Event()
+        ev.record()
+        ev.synchronize()
+        early = out1.clone()
+        torch.cuda.synchronize()
+        if not _same_bits(early, out1):
+            probs.append("output changed after the calling stream finished (work on a side stream)")
+    outputs["first"] = write_tensor(out1, out_dir, "first")
+
+    fresh = problem.make_inputs(shape, dtype, tdev, seeds["second"])
+    for x, y in zip(a, fresh, strict=True):
+        x.copy_(y)
+    saved = fresh
+    out2 = cand(a)
+    _sync(device)
+    bad = describe_output(out2, a, device, dtype)
+    if bad:
+        send(t="verified", i=i, outputs=outputs, facts={"problems": bad, "kind": "malformed"})
+        return False
+    if out2 is out1 or _overlaps(out2, out1):
+        probs.append("second call returned the first call's buffer (results reused across calls)")
+    if any(not _same_bits(x, y) for x, y in zip(a, saved, strict=True)):
+        probs.append("candidate mutated an input")
+    outputs["second"] = write_tensor(out2, out_dir, "second")
+    del out1, out2
+
+    if device == "cuda":
+        try:
+            g, outs = timing.capture([lambda: cand(a)], reps=1)
+            final = problem.make_inputs(shape, dtype, tdev, seeds["final"])
+            for x, y in zip(a, final, strict=True):
+                x.copy_(y)
+            g.replay()
+            torch.cuda.synchronize()
+            outputs["graph"] = write_tensor(outs[0], out_dir, "graph")
+            del g, outs
+        except Exception as e:  # capture refused: syncs, host reads, side streams ...
+            torch.cuda.synchronize()
+            facts["graph_error"] = f"{type(e).__name__}: {e}"[:500]
+    changed = snap.changes()
+    if changed:
+        facts["tamper"] = changed
+    send(t="verified", i=i, outputs=outputs, facts=facts)
+    return True
+
+
+def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_cache) -> None:
+    dtype = getattr(torch, spec["dtype"])
+    seeds = spec["seeds"][i]
+    out_dir = Path(spec["out_dir"]) / f"s{i}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    l2 = int(spec.get("l2_bytes") or (50 << 20))
+    rng = random.Random(seeds["final"])
+    a = problem.make_inputs(shape, dtype, "cuda", seeds["final"])
+    flush = timing.L2Flusher(l2, "cuda")
+
+    fns: dict[str, object] = {}
+    for c, cand in enumerate(cands):
+        fns[f"candidate{c}"] = cand
+    fns["eager"] = problem.module.reference
+    notes: list[str] = []
+    if spec.get("baselines_compiled", True):
+        try:
+            comp = compiled_cache.get("fn")
+            if comp is None:
+                comp = torch.compile(problem.module.reference, dynamic=False)
+                compiled_cache["fn"] = comp
+            comp(*a)
+            fns["compiled"] = comp
+        except Exception as e:
+            notes.append(f"torch.compile baseline failed: {type(e).__name__}: {e}"[:300])
+
+    with torch.no_grad():
+        for f in fns.values():
+            for _ in range(3):
+                f(a)  if isinstance(f, Candidate) else f(*a)
+        torch.cuda.synchronize()
+        quick = timing.quick_ms(lambda: cands[0](a), flush)
+        set_bytes = sum(x.numel() * x.element_size() for x in a)
+        results = None
+        holders: dict[str, object] = {}
+        mode = "events"
+        if quick < timing.GRAPH_THRESHOLD_MS:
+            try:
+                nsets = max(1, min(32, math.ceil(2.5 * l2 / max(set_bytes, 1))))
+                sets = [a] + [
+                    problem.make_inputs(shape, dtype, "cuda", seeds["rot"][j % len(seeds["rot"])] + j)
+                    for j in range(1, nsets)
+                ]
+                reps = max(timing.GRAPH_REPS, nsets)
+                reps = math.ceil(reps / nsets) * nsets
+                samplers, div = {}, {}
+                for name, f in fns.items():
+                    calls = [
+                        (lambda s=s, f=f: f(s)) if isinstance(f, Candidate) else (lambda s=s, f=f: f(*s))
+                        for s in sets
+                    ]
+                    g, outs = timing.capture(calls, reps)
+                    holders[name] = (g, outs)
+                    samplers[name] = timing.graph_sampler(g)
+                    div[name] = reps
+                results = timing.interleaved(
+                    samplers, per_call_divisor=div, budget_s=spec["budget_s"], rng=rng
+                )
+                mode = "graph"
+                timed_out = {n: h[1][0] for n, h in holders.items()}
+            except Exception as e:
+                notes.append(f"graph timing unavailable, used events: {type(e).__name__}: {e}"[:300])
+                holders.clear()
+                torch.cuda.synchronize()
+        if results is None:
+            last: dict[str, object] = {}
+            samplers, div = {}, {}
+            for name, f in fns.items():
+                def call(f=f, name=name):
+                    last[name] = f(a) if isinstance(f, Candidate) else f(*a)
+
+                samplers[name] = timing._event_sample(call, flush)
+                div[name] = 1
+            results = timing.interleaved(
+                samplers, per_call_divisor=div, budget_s=spec["budget_s"], rng=rng
+            )
+            torch.cuda.synchronize()
+            timed_out = last
+        outputs = {}
+        for c in range(len(cands)):
+            outputs[f"timed{c}"] = write_tensor(timed_out[f"candidate{c}"], out_dir, f"timed{c}")
+    send(t="timed", i=i, mode=mode, ms=results, outputs=outputs, notes=notes, quick_ms=quick)
+
+
+def run(spec: dict, send, recv) -> None:
+    from kernels import problems
+
+    torch.manual_seed(0)
+    problem = problems.load(spec["problem"], spec.get("problem_dirs") or None)
+    device = spec["device"]
+    snap = Snapshot()
+    allowed = ALLOWED_OPS | (INTERPRETER_OPS if device != "cuda" else frozenset())
+    send(t="progress", phase="compiling")
+    cands = []
+    for k, path in enumerate(spec["candidates"]):
+        try:
+            mod = load_candidate(path, k)
+        except BaseException as e:
+            send(t="error", category="compile_error", message=f"loading the candidate failed: "
+                 f"{type(e).__name__}: {e}"[:2000])
+            return
+        cands.append(Candidate(mod, OpRecorder(allowed)))
+    changed = snap.changes()
+    if changed:
+        send(t="done", tamper=changed, ops={})
+        return
+
+    shapes = spec["shapes"]
+    if spec.get("verify", True):
+        for i, shape in enumerate(shapes):
+            send(t="progress", phase="verifying", i=i, n=len(shapes))
+            if not verify_shape(i, shape, spec, problem, cands[0], snap, send):
+                break
+    if device == "cuda" and spec.get("time", True):
+        send(t="want_gpu")
+        if recv().get("go"):
+            cache: dict = {}
+            for i, shape in enumerate(shapes):
+                send(t="progress", phase="benchmarking", i=i, n=len(shapes))
+                time_shape(i, shape, spec, problem, cands, send, cache)
+            send(t="gpu_done")
+    ops: dict[str, int] = {}
+    for c in cands:
+        for k, v in c.recorder.violations.items():
+            ops[k] = ops.get(k, 0) + v
+    send(t="done", tamper=snap.changes(), ops=ops)

@@ -1,0 +1,98 @@
+"""The sandboxed child: loads one candidate, runs it, reports raw observations.
+
+It never decides a verdict. The parent computes the float64 reference itself and compares
+the outputs this process writes; this process only reports what it saw (outputs, aliasing,
+mutated inputs, torch ops the candidate called, tampering, timings). Protocol: JSON lines on
+fd 3 to the parent, one JSON line of instructions on stdin.
+
+Started warm: it imports torch and triton and initialises the device before it is given a
+candidate, so a pool of idle children saves start-up time; each child serves one candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+import warnings
+
+_wire = None
+
+
+def _limit_self() -> None:
+    """Resource limits, set before torch is imported and long before the candidate loads."""
+    import resource
+
+    def lim(name: str, what: int) -> None:
+        raw = os.environ.get(name)
+        if raw:
+            v = int(raw)
+            resource.setrlimit(what, (v, v))
+
+    lim("AUTOWEB_LIMIT_AS", resource.RLIMIT_AS)
+    lim("AUTOWEB_LIMIT_FSIZE", resource.RLIMIT_FSIZE)
+    lim("AUTOWEB_LIMIT_NOFILE", resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def send(**msg) -> None:
+    _wire.write(json.dumps(msg, default=str) + "\n")
+    _wire.flush()
+
+
+def recv() -> dict:
+    line = sys.stdin.readline()
+    if not line:
+        raise SystemExit(0)
+    return json.loads(line)
+
+
+def main() -> None:
+    global _wire
+    _wire = os.fdopen(int(os.environ["AUTOWEB_WIRE_FD"]), "w", buffering=1)
+    _limit_self()
+    warnings.simplefilter("ignore")
+    import torch
+    import torch._dynamo  # noqa: F401  (its import rebinds torch.manual_seed; do it before
+    import triton  # noqa: F401  the tamper snapshot, and warm for the torch.compile baseline)
+    import triton.language  # noqa: F401
+
+    device = os.environ.get("AUTOWEB_DEVICE", "cpu")
+    if device == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    send(t="ready", pid=os.getpid())
+    spec = recv()
+    try:
+        from kernels.harness import childrun
+
+        childrun.run(spec, send, recv)
+    except SystemExit:
+        raise
+    except BaseException as e:  # the candidate may raise anything, incl. KeyboardInterrupt
+        send(t="error", category=_categorise(e), message=_msg(e), tb=traceback.format_exc()[-4000:])
+        _wire.flush()
+        os._exit(1)
+    _wire.flush()
+    os._exit(0)  # skip interpreter teardown: a candidate's atexit/finalisers never run
+
+
+def _msg(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:2000]
+
+
+def _categorise(e: BaseException) -> str:
+    name = type(e).__name__
+    text = str(e)
+    if "CompilationError" in name or "CompileTimeAssertionFailure" in name:
+        return "compile_error"
+    if isinstance(e, MemoryError) or "out of memory" in text.lower():
+        return "crashed"
+    return "crashed"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+"""Sandboxed child processes for candidates: isolation, limits, timeouts, a warm pool.
+
+Each candidate gets a fresh Python process that is
+- in its own session and process group (killed as a group, with a psutil sweep of the tree),
+- under a wall-clock deadline and a memory cap (RLIMIT_AS on the CPU; on CUDA, where the
+  driver reserves huge virtual ranges, the parent polls the tree's RSS and kills it),
+- given an empty environment except what it needs, its own HOME/TMPDIR/TRITON_CACHE_DIR in a
+  private temporary directory, a file-size cap, no core dumps,
+- without network when the OS allows it (`unshare -n`, which needs CAP_SYS_ADMIN),
+- reporting over a private pipe, never trusted: the parent parses its JSON defensively.
+A crash, hang, illegal memory access or OOM ends only that process; a CUDA context poisoned by
+a candidate dies with it. Children are started ahead of use (python, torch, triton, device
+initialised) but never serve a second candidate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+MAX_LINE = 4 << 20
+DEFAULT_MEMORY_BYTES = 16 << 30
+DEFAULT_FILE_BYTES = 8 << 30
+GRACE_S = 5.0
+
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from kernels.harness.runner import main; main()"
+)
+_PASS_ENV = (
+    "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
+    "TRITON_LIBCUDA_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "NVIDIA_VISIBLE_DEVICES",
+    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+)
+
+
+class SandboxError(RuntimeError):
+    pass
+
+
+_unshare_ok: bool | None = None
+
+
+def network_isolation_available() -> bool:
+    global _unshare_ok
+    if _unshare_ok is None:
+        exe = shutil.which("unshare")
+        _unshare_ok = False
+        if exe and os.environ.get("AUTOWEB_SANDBOX_NETWORK") != "allow":
+            with contextlib.suppress(Exception):
+                _unshare_ok = (
+                    subprocess.run([exe, "-n", "true"], capture_output=True, timeout=10).returncode
+                    == 0
+                )
+    return _unshare_ok
+
+
+def _scratch_root() -> str | None:
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return str(shm)
+    return None
+
+
+class Child:
+    """One sandboxed runner process, started warm and used for one candidate."""
+
+    def __init__(self, device: str, *, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> None:
+        self.device = device
+        self.memory_bytes = memory_bytes
+        self.dir = Path(tempfile.mkdtemp(prefix="autoweb-sbx-", dir=_scratch_root()))
+        for sub in ("home", "tmp", "triton", "inductor", "out"):
+            (self.dir / sub).mkdir()
+        r, w = os.pipe()
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.dir / "home"),
+            "TMPDIR": str(self.dir / "tmp"),
+            "TRITON_CACHE_DIR": str(self.dir / "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": str(self.dir / "inductor"),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "OMP_NUM_THREADS": "1",
+            "AUTOWEB_DEVICE": "cuda" if device == "cuda" else "cpu",
+            "AUTOWEB_WIRE_FD": str(w),
+            "AUTOWEB_LIMIT_FSIZE": str(DEFAULT_FILE_BYTES),
+            "AUTOWEB_LIMIT_NOFILE": "4096",
+        }
+        for k in _PASS_ENV:
+            if k in os.environ:
+                env[k] = os.environ[k]
+        if device == "interpret":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            env["AUTOWEB_LIMIT_AS"] = str(memory_bytes)
+        cmd = [sys.executable, "-I", "-c", _BOOT, str(PROJECT_ROOT)]
+        if network_isolation_available():
+            cmd = ["unshare", "-n", "--", *cmd]
+        self.log_path = self.dir / "child.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(w,),
+                env=env,
+                cwd=self.dir / "tmp",
+                start_new_session=True,
+            )
+        os.close(w)
+        self.started = time.monotonic()
+        self._msgs: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, args=(r,), daemon=True)
+        self._reader.start()
+        self.ready = False
+        self.peak_rss = 0
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as f:
+            while True:
+                line = f.readline(MAX_LINE)
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                    if not isinstance(msg, dict) or not isinstance(msg.get("t"), str):
+                        raise ValueError("not a message")
+                except ValueError:
+                    msg = {"t": "garbage", "raw": line[:200].decode("utf-8", "replace")}
+                self._msgs.put(msg)
+        self._msgs.put({"t": "eof"})
+
+    def send(self, obj: dict) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _rss(self) -> int:
+        total = 0
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(self.proc.pid)
+            for q in [p, *p.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    total += q.memory_info().rss
+        return total
+
+    def next(self, deadline: float) -> dict:
+        """The next message, or a synthetic 'timeout' / 'memory' message."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return {"t": "timeout"}
+            try:
+                return self._msgs.get(timeout=min(left, 0.2))
+            except queue.Empty:
+                rss = self._rss()
+                self.peak_rss = max(self.peak_rss, rss)
+                if rss > self.memory_bytes:
+                    return {"t": "memory", "rss": rss}
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        if self.ready:
+            return
+        msg = self.next(time.monotonic() + timeout_s)
+        if msg.get("t") != "ready":
+            self.kill()
+            raise SandboxError(f"sandbox failed to start: {msg.get('t')}: {self.log_tail()}")
+        self.ready = True
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-n:].decode("utf-8", "replace")
+
+    def exit_description(self) -> str:
+        rc = self.proc.poll()
+        if rc is None:
+            return "still running"
+        if rc < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-rc).name}"
+        return f"exit code {rc}"
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(psutil.Error):
+            for q in psutil.Process(self.proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    q.kill()
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=GRACE_S)
+
+    def close(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Pool:
+    """Keeps `size` warm children per device ready; each is handed out once."""
+
+    def __init__(self, device: str, size: int = 2, **child_kw) -> None:
+        self.device = device
+        self.size = max(0, size)
+        self.child_kw = child_kw
+        self._idle: list[Child] = []
+        self._lock = threading.Lock()
+        self.fill()
+
+    def fill(self) -> None:
+        with self._lock:
+            while len(self._idle) < self.size:
+                self._idle.append(Child(self.device, **self.child_kw))
+
+    def acquire(self) -> Child:
+        with self._lock:
+            child = self._idle.pop(0) if self._idle else None
+        if child is None or child.proc.poll() is not None:
+            if child is not None:
+                child.close()
+            child = Child(self.device, **self.child_kw)
+        threading.Thread(target=self.fill, daemon=True).start()
+        return child
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+            self.size = 0
+        for c in idle:
+            c.close()
+
+
+class GpuLock:
+    """Only one process times on a GPU at a time: a thread lock plus an flock per device."""
+
+    _thread_locks: dict[str, threading.Lock] = {}
+
+    def __init__(self, key: str) -> None:
+        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in key)
+        self.path = Path(tempfile.gettempdir()) / f"autoweb-gpu-{safe}.lock"
+        self.tlock = self._thread_locks.setdefault(safe, threading.Lock())
+        self._fh = None
+
+    def __enter__(self) -> GpuLock:
+        self.tlock.acquire()
+        self._fh = open(self.path, "a")  # noqa: SIM115 - held for the lock's lifetime
+        fcntl.flock(self._fh, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+        self.tlock.release()

@@ -1,0 +1,228 @@
+"""Static checks on candidate source, before anything runs.
+
+These are the harness's enforced rules; `PROHIBITIONS` states them in words (the agent's
+prompt and the docs quote it). The sandboxed runner enforces the same allow-lists again at
+run time (restricted builtins and imports), so a rule slipping past the parser still fails.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+MAX_SOURCE_BYTES = 256 * 1024
+
+ALLOWED_IMPORTS = ("torch", "triton", "triton.language", "math", "functools", "typing", "__future__")
+# Submodules of triton.language (libdevice fast math lives in triton.language.extra).
+ALLOWED_IMPORT_PREFIXES = ("triton.language.",)
+
+FORBIDDEN_BUILTINS = frozenset(
+    {
+        "eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars",
+        "getattr", "setattr", "delattr", "input", "breakpoint", "memoryview", "exit",
+        "quit", "help", "object", "type", "super", "classmethod", "staticmethod",
+        "property",
+    }
+)
+# Frame, code and generator internals reach the harness's own objects.
+FORBIDDEN_ATTRS = frozenset(
+    {
+        "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "gi_frame", "gi_code",
+        "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame", "tb_next", "co_code",
+        "co_consts", "func_globals", "data", "grad", "set_", "untyped_storage", "storage",
+    }
+)
+# torch / triton namespaces that change global state, time things, launch work on other
+# streams, or reach compiled libraries by the back door.
+FORBIDDEN_TORCH_ATTRS = frozenset(
+    {
+        "backends", "ops", "library", "overrides", "compile", "jit", "autograd", "utils",
+        "multiprocessing", "distributed", "Stream", "stream", "ExternalStream", "Event",
+        "set_stream", "current_stream", "default_stream", "synchronize", "graph",
+        "graphs", "CUDAGraph", "make_graphed_callables", "testing", "profiler", "random",
+        "manual_seed", "seed", "hub", "fx", "export", "package", "cpp_extension",
+        "load_inline", "Generator", "memory", "empty_cache", "caching_allocator_alloc",
+        "mps", "xpu", "futures", "classes", "cuda.Event",
+    }
+)
+FORBIDDEN_TRITON_ATTRS = frozenset(
+    {"testing", "runtime", "compiler", "knobs", "autotune", "compile", "backends", "tools",
+     "profiler", "Config"}
+)
+
+PROHIBITIONS: list[tuple[str, str]] = [
+    ("imports", "Import only torch, triton, triton.language, math, functools, typing and "
+     "__future__. No os, sys, subprocess, ctypes, inspect, gc, threading, time, numpy."),
+    ("builtins", "No eval, exec, compile, open, __import__, globals, locals, vars, getattr, "
+     "setattr, delattr, input, breakpoint, type, object, super."),
+    ("private", "No private or dunder attributes (anything starting with '_'), no frame or "
+     "code objects, no .data / .grad / .storage."),
+    ("monkeypatch", "Never assign to or delete attributes of torch, triton, math or any "
+     "imported module: monkeypatching timers, torch, triton or the harness is rejected."),
+    ("library", "Compute in Triton kernels. Calling torch compute ops (matmul, softmax, "
+     "exp, arithmetic on tensors, torch.nn.functional ...) is library fallback and is "
+     "rejected. Allocation (torch.empty*), views, .contiguous() and copies are fine."),
+    ("streams", "No streams, events, synchronisation, CUDA graphs, torch.compile, "
+     "triton.autotune, triton.testing or global settings (torch.backends, set_*)."),
+    ("output", "Return a new plain torch.Tensor of the reference's shape, dtype and device; "
+     "never an input, a view of one, or a buffer reused across calls; never write inputs."),
+    ("honesty", "Compute every element for every shape: no caching results across calls, "
+     "no shape-specific shortcuts, no detecting the benchmark. Outputs produced while "
+     "being timed and under CUDA-graph replay are verified too."),
+    ("precision", "Keep the problem's precision: accumulate in fp32; a downgrade past the "
+     "tolerance is incorrect."),
+]
+
+
+@dataclass
+class StaticResult:
+    failure: str | None = None  # None, "compile_error", "prohibited", "malformed"
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def _import_allowed(mod: str) -> bool:
+    return mod in ALLOWED_IMPORTS or mod.startswith(ALLOWED_IMPORT_PREFIXES)
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _dotted(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)[:80]
+    except Exception:  # pragma: no cover - unparse handles every parsed node
+        return "<expr>"
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        # local name -> the module (or module attribute) it is bound to
+        self.module_names: dict[str, str] = {}
+
+    def _forbidden(self, root: str | None, attr: str) -> bool:
+        mod = self.module_names.get(root or "", "")
+        if mod.startswith("torch"):
+            return attr in FORBIDDEN_TORCH_ATTRS
+        if mod.startswith("triton"):
+            return attr in FORBIDDEN_TRITON_ATTRS
+        return False
+
+    def _bad(self, node: ast.AST, msg: str) -> None:
+        self.problems.append(f"line {getattr(node, 'lineno', '?')}: {msg}")
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if not _import_allowed(alias.name):
+                self._bad(node, f"import of {alias.name!r} is not allowed")
+            if alias.asname:
+                self.module_names[alias.asname] = alias.name
+            else:
+                top = alias.name.split(".")[0]
+                self.module_names[top] = top
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        mod = node.module or ""
+        if node.level:
+            self._bad(node, "relative imports are not allowed")
+        elif not _import_allowed(mod):
+            self._bad(node, f"import from {mod!r} is not allowed")
+        for alias in node.names:
+            if alias.name == "*":
+                self._bad(node, "star imports are not allowed")
+            elif alias.name.startswith("_") and mod != "__future__":
+                self._bad(node, f"importing private name {alias.name!r} is not allowed")
+            elif mod != "__future__":
+                full = f"{mod}.{alias.name}"
+                if self._forbidden(mod.split(".")[0], alias.name) or (
+                    mod.startswith("torch") and alias.name in FORBIDDEN_TORCH_ATTRS
+                ) or (mod.startswith("triton") and alias.name in FORBIDDEN_TRITON_ATTRS):
+                    self._bad(node, f"{full} is not allowed")
+                self.module_names[alias.asname or alias.name] = full
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in FORBIDDEN_BUILTINS:
+            self._bad(node, f"use of builtin {node.id!r} is not allowed")
+        elif node.id.startswith("__") and node.id.endswith("__"):
+            self._bad(node, f"dunder name {node.id!r} is not allowed")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        attr = node.attr
+        root = _root_name(node)
+        if attr.startswith("_"):
+            self._bad(node, f"private or dunder attribute {attr!r} is not allowed")
+        elif attr in FORBIDDEN_ATTRS:
+            self._bad(node, f"attribute {attr!r} is not allowed")
+        elif self._forbidden(root, attr):
+            self._bad(node, f"{_dotted(node)} is not allowed")
+        elif root in self.module_names and attr.startswith("set_"):
+            self._bad(node, f"{_dotted(node)} changes global state and is not allowed")
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and root in self.module_names:
+            self._bad(node, f"assigning to {_dotted(node)} (monkeypatching) is not allowed")
+        self.generic_visit(node)
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self._bad(node, "global statements are not allowed (no state across calls)")
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        self._bad(node, "nonlocal statements are not allowed (no state across calls)")
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._bad(node, "class definitions are not allowed (no tensor subclasses or state)")
+        self.generic_visit(node)
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self._bad(node, "async code is not allowed")
+        self.generic_visit(node)
+
+
+def check_source(source: str, arg_names: tuple[str, ...]) -> StaticResult:
+    """Syntax, contract (a `kernel` with the problem's signature) and prohibitions."""
+    if not isinstance(source, str):
+        return StaticResult("malformed", ["candidate source must be text"])
+    if len(source.encode("utf-8", "replace")) > MAX_SOURCE_BYTES:
+        return StaticResult(
+            "malformed", [f"candidate source is over {MAX_SOURCE_BYTES // 1024} KiB"]
+        )
+    if "\x00" in source:
+        return StaticResult("malformed", ["candidate source contains a NUL byte"])
+    try:
+        tree = ast.parse(source, filename="candidate.py")
+    except SyntaxError as e:
+        return StaticResult("compile_error", [f"syntax error at line {e.lineno}: {e.msg}"])
+
+    kernels = [
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel"
+    ]
+    if not kernels:
+        return StaticResult("malformed", ["no top-level `def kernel(...)`"])
+    if len(kernels) > 1:
+        return StaticResult("malformed", ["`kernel` is defined more than once"])
+    fn = kernels[0]
+    a = fn.args
+    params = [p.arg for p in a.posonlyargs + a.args]
+    n_required = len(params) - len(a.defaults)
+    if a.vararg or a.kwarg or a.kwonlyargs:
+        return StaticResult("malformed", ["kernel() must take plain positional arguments"])
+    if not (n_required <= len(arg_names) <= len(params)):
+        return StaticResult(
+            "malformed",
+            [f"kernel({', '.join(params)}) does not match the problem's "
+             f"signature kernel({', '.join(arg_names)})"],
+        )
+
+    v = _Visitor()
+    v.visit(tree)
+    if v.problems:
+        return StaticResult("prohibited", v.problems)
+    return StaticResult()

@@ -1,0 +1,172 @@
+"""GPU timing used inside the sandboxed runner: events, L2 flush, CUDA graphs, interleaving.
+
+Method (DESIGN.md, Measurement): warm up; flush L2 between calls (or rotate input sets larger
+than L2 under graphs); CUDA events; many samples, median and interquartile spread; all
+functions of one shape interleaved in random order, round by round, in one process; kernels
+under ~50 us are timed by replaying a CUDA graph of several calls, which removes launch gaps
+for the candidate and the baselines alike.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+GRAPH_THRESHOLD_MS = 0.05
+MIN_SAMPLES = 25
+MAX_SAMPLES = 200
+GRAPH_REPS = 20
+
+
+def stats(samples: Sequence[float]) -> dict:
+    s = sorted(samples)
+    n = len(s)
+    q = statistics.quantiles(s, n=4, method="inclusive") if n >= 2 else [s[0]] * 3
+    med = statistics.median(s)
+    return {
+        "median": med,
+        "p25": q[0],
+        "p75": q[2],
+        "min": s[0],
+        "max": s[-1],
+        "n": n,
+        "spread": (q[2] - q[0]) / med if med > 0 else None,
+    }
+
+
+class L2Flusher:
+    def __init__(self, l2_bytes: int, device: str) -> None:
+        n = max(2 * l2_bytes, 64 << 20) // 4
+        self.buf = torch.empty(n, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buf.zero_()
+
+
+def _event_sample(fn: Callable[[], object], flush: L2Flusher) -> Callable[[], object]:
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+
+    def sample():
+        flush()
+        start.record()
+        fn()
+        end.record()
+        return start, end
+
+    return sample
+
+
+def quick_ms(fn: Callable[[], object], flush: L2Flusher, reps: int = 5) -> float:
+    times = []
+    for _ in range(reps):
+        s, e = _event_sample(fn, flush)()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def capture(fns_by_set: list[Callable[[], object]], reps: int) -> tuple[object, list]:
+    """Capture `reps` calls cycling over input sets into one CUDA graph; return graph, outputs."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for f in fns_by_set[:3]:
+            f()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    outs: list = []
+    with torch.cuda.graph(g):
+        for i in range(reps):
+            outs.append(fns_by_set[i % len(fns_by_set)]())
+    torch.cuda.synchronize()
+    return g, outs
+
+
+def interleaved(
+    samplers: dict[str, Callable[[], tuple]],
+    *,
+    per_call_divisor: dict[str, int],
+    budget_s: float,
+    rng: random.Random,
+) -> dict[str, dict]:
+    """Take samples from each sampler in shuffled order each round until budget or MAX."""
+    names = list(samplers)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    t0 = time.perf_counter()
+    while True:
+        order = names[:]
+        rng.shuffle(order)
+        pending = [(n, samplers[n]()) for n in order]
+        torch.cuda.synchronize()
+        for n, (s, e) in pending:
+            samples[n].append(s.elapsed_time(e) / per_call_divisor[n])
+        k = len(samples[names[0]])
+        if k >= MAX_SAMPLES or (k >= MIN_SAMPLES and time.perf_counter() - t0 > budget_s):
+            break
+    return {n: stats(v) for n, v in samples.items()}
+
+
+def graph_sampler(graph) -> Callable[[], tuple]:
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+
+    def sample():
+        start.record()
+        graph.replay()
+        end.record()
+        return start, end
+
+    return sample
+
+
+def measure_ceilings(device: str = "cuda") -> dict:
+    """Copy bandwidth (bytes read + written) and bf16 matrix rate, measured on this device."""
+    props = torch.cuda.get_device_properties(device)
+    n = 1 << 30  # 1 GiB each way
+    src = torch.randn(n // 2, dtype=torch.bfloat16, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(20):
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        dst.copy_(src)
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    copy_ms = statistics.median(times)
+    copy_gbps = 2 * n / (copy_ms * 1e-3) / 1e9
+    del src, dst
+    m = 8192
+    a = torch.randn(m, m, dtype=torch.bfloat16, device=device)
+    b = torch.randn(m, m, dtype=torch.bfloat16, device=device)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(10):
+        s = torch.cuda.Event(enable_timing=True)
+        e = torch.cuda.Event(enable_timing=True)
+        s.record()
+        a @ b
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    mm_ms = statistics.median(times)
+    return {
+        "copy_gbps": round(copy_gbps, 1),
+        "matmul_tflops_bf16": round(2 * m**3 / (mm_ms * 1e-3) / 1e12, 1),
+        "l2_bytes": int(getattr(props, "L2_cache_size", 50 << 20)),
+        "sm_count": props.multi_processor_count,
+        "method": "median of 20 device-to-device copies of 1 GiB (read+write bytes); "
+        "median of 10 bf16 8192^3 products on random data; CUDA events",
+    }
