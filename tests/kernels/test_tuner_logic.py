@@ -1,0 +1,458 @@
+"""Tuner logic against a synthetic evaluate: a pure function of the knob values it parses
+from the rewritten source. The real harness is wired in by the CLI and tested end to end
+elsewhere."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from kernels.knobs import KnobError, config_key, parse_knobs
+from kernels.tuner import TrialRecord, Tuner, is_improvement
+
+NOISE = 0.01
+
+
+def make_source(knobs: dict[str, tuple[object, tuple[object, ...]]]) -> str:
+    lines = ['"""Synthetic candidate."""', "", "import triton", ""]
+    for name, (value, choices) in knobs.items():
+        lines.append(f"{name} = {value!r}  # tune: {', '.join(map(repr, choices))}")
+    lines += ["", "", "def kernel(x):", "    return x", ""]
+    return "\n".join(lines)
+
+
+TWO_KNOBS = make_source(
+    {"BLOCK_N": (1024, (256, 512, 1024, 2048, 4096)), "NUM_WARPS": (4, (1, 2, 4, 8))}
+)
+
+
+def synthetic_ms(values: dict[str, Any]) -> float:
+    # Optimum at BLOCK_N=2048, NUM_WARPS=8; one step of either knob costs far more than 2% noise.
+    return (
+        1.0
+        + 0.1 * abs(math.log2(values["BLOCK_N"]) - 11)
+        + 0.05 * abs(math.log2(values["NUM_WARPS"]) - 3)
+    )
+
+
+def report(ms: float | None, noise: float | None = NOISE, eager_ms: float = 1.31) -> dict:
+    return {
+        "verdict": "accepted",
+        "failure": None,
+        "reasons": [],
+        "summary": {
+            "geomean_ms": ms,
+            "noise": noise,
+            "geomean_speedup_eager": None if ms is None else eager_ms / ms,
+            "geomean_speedup_compiled": None,
+        },
+    }
+
+
+class Evaluator:
+    """Records what it was asked to evaluate; the report depends only on the parsed knobs."""
+
+    def __init__(self, cost=synthetic_ms, noise: float | None = NOISE) -> None:
+        self.cost = cost
+        self.noise = noise
+        self.seen: list[dict[str, Any]] = []
+
+    def __call__(self, source: str) -> dict:
+        values = {knob.name: knob.value for knob in parse_knobs(source)}
+        self.seen.append(values)
+        return report(self.cost(values), self.noise)
+
+    @property
+    def keys(self) -> list[str]:
+        return [config_key(values) for values in self.seen]
+
+
+# -- is_improvement ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("challenger", "incumbent", "expected"),
+    [
+        # 0.412 ms +-2% vs 0.400 ms +-1.5%: 2.9% faster, inside the 3.5% combined noise
+        ({"geomean_ms": 0.400, "noise": 0.015}, {"geomean_ms": 0.412, "noise": 0.02}, False),
+        # 0.390 ms: 5.3% faster, beyond it
+        ({"geomean_ms": 0.390, "noise": 0.015}, {"geomean_ms": 0.412, "noise": 0.02}, True),
+        # a hair above the threshold 0.412 * (1 - 0.035) = 0.39758 is still inside
+        ({"geomean_ms": 0.3976, "noise": 0.015}, {"geomean_ms": 0.412, "noise": 0.02}, False),
+        ({"geomean_ms": 0.3975, "noise": 0.015}, {"geomean_ms": 0.412, "noise": 0.02}, True),
+        # slower is never an improvement, whatever the noise
+        ({"geomean_ms": 0.5, "noise": 0.0}, {"geomean_ms": 0.412, "noise": 0.0}, False),
+        ({"geomean_ms": 0.412, "noise": 0.0}, {"geomean_ms": 0.412, "noise": 0.0}, False),
+        # noise of 50% + 50% swallows any win
+        ({"geomean_ms": 0.001, "noise": 0.5}, {"geomean_ms": 0.412, "noise": 0.5}, False),
+        # missing or unusable numbers: cannot show a win
+        ({"geomean_ms": 0.1, "noise": None}, {"geomean_ms": 0.412, "noise": 0.02}, False),
+        ({"geomean_ms": 0.1, "noise": 0.01}, {"geomean_ms": 0.412, "noise": None}, False),
+        ({"geomean_ms": 0.1}, {"geomean_ms": 0.412, "noise": 0.02}, False),
+        ({"geomean_ms": None, "noise": 0.01}, {"geomean_ms": 0.412, "noise": 0.02}, False),
+        ({"geomean_ms": 0.1, "noise": 0.01}, {"geomean_ms": None, "noise": None}, False),
+        ({"geomean_ms": math.nan, "noise": 0.01}, {"geomean_ms": 0.412, "noise": 0.02}, False),
+        ({"geomean_ms": 0.1, "noise": -0.5}, {"geomean_ms": 0.412, "noise": 0.02}, False),
+    ],
+)
+def test_is_improvement_requires_a_win_beyond_both_noises(
+    challenger: dict, incumbent: dict, expected: bool
+) -> None:
+    assert is_improvement(challenger, incumbent) is expected
+
+
+# -- exhaustive -------------------------------------------------------------------------------
+
+
+def test_exhaustive_visits_every_config_once_starting_from_the_current_one() -> None:
+    evaluate = Evaluator()
+
+    result = Tuner(TWO_KNOBS, trials=100, evaluate=evaluate).run()
+
+    assert result.strategy == "exhaustive"
+    assert result.space_size == 20
+    assert result.evaluations == 20 == len(result.trials)
+    assert len(set(evaluate.keys)) == 20
+    assert evaluate.seen[0] == {"BLOCK_N": 1024, "NUM_WARPS": 4}
+    assert [t["values"] for t in result.trials] == evaluate.seen
+    assert [t["index"] for t in result.trials] == list(range(20))
+    assert result.best_values == {"BLOCK_N": 2048, "NUM_WARPS": 8}
+    assert parse_knobs(result.best_source)[0].value == 2048
+    assert result.ranked is True
+    assert result.failures == 0
+
+
+def test_exhaustive_stops_at_the_trial_budget_in_a_deterministic_order() -> None:
+    first, second = Evaluator(), Evaluator()
+
+    Tuner(TWO_KNOBS, trials=7, evaluate=first).run()
+    Tuner(TWO_KNOBS, trials=7, evaluate=second).run()
+
+    assert len(first.seen) == 7
+    assert len(set(first.keys)) == 7
+    assert first.seen == second.seen
+    assert first.seen[0] == {"BLOCK_N": 1024, "NUM_WARPS": 4}
+
+
+def test_kept_trials_improve_beyond_noise_and_the_rest_are_reverted() -> None:
+    result = Tuner(TWO_KNOBS, trials=100, evaluate=Evaluator()).run()
+
+    kept = [t for t in result.trials if t["status"] == "kept"]
+    assert kept[0]["index"] == 0
+    for before, after in zip(kept, kept[1:], strict=False):
+        assert after["geomean_ms"] < before["geomean_ms"] * (1 - 2 * NOISE)
+    assert {t["status"] for t in result.trials} == {"kept", "reverted"}
+    assert result.best_report["summary"]["geomean_ms"] == pytest.approx(1.0)
+    assert kept[-1]["values"] == result.best_values
+
+
+def test_a_win_inside_the_noise_is_reverted() -> None:
+    source = make_source({"BLOCK_N": (1024, (1024, 2048))})
+    # 1.5% faster, but each side has 1% noise
+    evaluate = Evaluator(cost=lambda v: 1.0 if v["BLOCK_N"] == 1024 else 0.985)
+
+    result = Tuner(source, trials=10, evaluate=evaluate).run()
+
+    assert [t["status"] for t in result.trials] == ["kept", "reverted"]
+    assert "not faster beyond noise" in result.trials[1]["reason"]
+    assert result.best_source == source
+    assert result.best_values == {"BLOCK_N": 1024}
+
+
+def test_descriptions_are_one_line_with_time_speedup_and_status() -> None:
+    source = make_source({"BLOCK_N": (1024, (1024, 2048)), "NUM_WARPS": (4, (4, 8))})
+
+    def cost(values: dict[str, Any]) -> float:
+        return 0.412 if values == {"BLOCK_N": 2048, "NUM_WARPS": 8} else 0.6
+
+    result = Tuner(source, trials=10, evaluate=Evaluator(cost=cost)).run()
+
+    descriptions = [t["description"] for t in result.trials]
+    assert descriptions == [
+        "BLOCK_N=1024 NUM_WARPS=4: 0.6 ms (2.18x eager) kept",
+        "BLOCK_N=1024 NUM_WARPS=8: 0.6 ms (2.18x eager) reverted",
+        "BLOCK_N=2048 NUM_WARPS=4: 0.6 ms (2.18x eager) reverted",
+        "BLOCK_N=2048 NUM_WARPS=8: 0.412 ms (3.18x eager) kept",
+    ]
+    assert all("\n" not in t["reason"] for t in result.trials)
+
+
+# -- retime confirmation ----------------------------------------------------------------------
+
+
+class Retimer:
+    def __init__(self, confirm: bool) -> None:
+        self.confirm = confirm
+        self.calls: list[list[dict[str, Any]]] = []
+
+    def __call__(self, sources: list[str]) -> list[dict]:
+        values = [{k.name: k.value for k in parse_knobs(s)} for s in sources]
+        self.calls.append(values)
+        if self.confirm:
+            return [{"geomean_ms": synthetic_ms(v), "noise": NOISE} for v in values]
+        return [{"geomean_ms": 1.0, "noise": NOISE} for _ in values]  # a tie when interleaved
+
+
+def test_a_win_is_kept_only_when_the_interleaved_retime_confirms_it() -> None:
+    source = make_source({"BLOCK_N": (512, (512, 2048)), "NUM_WARPS": (8, (8,))})
+    confirming, refuting = Retimer(confirm=True), Retimer(confirm=False)
+
+    confirmed = Tuner(source, trials=10, evaluate=Evaluator(), retime=confirming).run()
+    refuted = Tuner(source, trials=10, evaluate=Evaluator(), retime=refuting).run()
+
+    incumbent, challenger = {"BLOCK_N": 512, "NUM_WARPS": 8}, {"BLOCK_N": 2048, "NUM_WARPS": 8}
+    assert confirming.calls == refuting.calls == [[incumbent, challenger]]
+    assert [t["status"] for t in confirmed.trials] == ["kept", "kept"]
+    assert confirmed.best_values == challenger
+    assert confirmed.trials[1]["retimed"]["challenger"]["geomean_ms"] == pytest.approx(1.0)
+    assert [t["status"] for t in refuted.trials] == ["kept", "reverted"]
+    assert "not confirmed" in refuted.trials[1]["reason"]
+    assert refuted.best_values == incumbent
+
+
+def test_retime_is_not_called_when_evaluation_shows_no_win() -> None:
+    retime = Retimer(confirm=True)
+    source = make_source({"BLOCK_N": (2048, (2048, 4096))})
+
+    result = Tuner(
+        source, trials=10, evaluate=Evaluator(cost=lambda v: v["BLOCK_N"] / 1000), retime=retime
+    ).run()
+
+    assert retime.calls == []
+    assert [t["status"] for t in result.trials] == ["kept", "reverted"]
+
+
+def test_a_failing_retime_reverts_instead_of_crashing() -> None:
+    def retime(sources: list[str]) -> list[dict]:
+        raise RuntimeError("worker lost\ntraceback...")
+
+    source = make_source({"BLOCK_N": (512, (512, 2048)), "NUM_WARPS": (8, (8,))})
+    result = Tuner(source, trials=10, evaluate=Evaluator(), retime=retime).run()
+
+    assert [t["status"] for t in result.trials] == ["kept", "reverted"]
+    assert result.trials[1]["reason"].endswith("re-time failed: worker lost")
+
+
+# -- optuna -----------------------------------------------------------------------------------
+
+FIVE_BY_SIX = make_source(
+    {
+        "BLOCK_M": (64, (16, 32, 64, 128, 256, 512)),
+        "BLOCK_N": (64, (16, 32, 64, 128, 256, 512)),
+        "NUM_WARPS": (4, (1, 2, 4, 8, 16, 32)),
+        "NUM_STAGES": (3, (1, 2, 3, 4, 5, 6)),
+        "GROUP_M": (8, (1, 2, 4, 8, 16, 32)),
+    }
+)
+
+
+def bowl_ms(values: dict[str, Any]) -> float:
+    targets = {"BLOCK_M": 128, "BLOCK_N": 256, "NUM_WARPS": 8, "NUM_STAGES": 4, "GROUP_M": 8}
+    return 1.0 + sum(0.1 * abs(math.log2(values[k]) - math.log2(t)) for k, t in targets.items())
+
+
+def test_optuna_never_evaluates_a_config_twice_on_five_knobs_of_six_choices() -> None:
+    evaluate = Evaluator(cost=bowl_ms)
+
+    result = Tuner(FIVE_BY_SIX, trials=150, evaluate=evaluate, seed=0).run()
+
+    assert result.strategy == "optuna"
+    assert result.space_size == 6**5
+    assert result.evaluations == 150 == len(evaluate.seen)
+    assert len(set(evaluate.keys)) == 150
+    assert evaluate.seen[0] == {
+        "BLOCK_M": 64,
+        "BLOCK_N": 64,
+        "NUM_WARPS": 4,
+        "NUM_STAGES": 3,
+        "GROUP_M": 8,
+    }
+    assert result.best_report["summary"]["geomean_ms"] < bowl_ms(evaluate.seen[0])
+
+
+def test_optuna_with_the_same_seed_proposes_the_same_sequence() -> None:
+    first, second = Evaluator(cost=bowl_ms), Evaluator(cost=bowl_ms)
+
+    Tuner(FIVE_BY_SIX, trials=30, evaluate=first, seed=7).run()
+    Tuner(FIVE_BY_SIX, trials=30, evaluate=second, seed=7).run()
+
+    assert first.seen == second.seen
+
+
+def test_optuna_terminates_when_the_budget_exceeds_the_space() -> None:
+    # 5 knobs but only 2*3*2*2*2 = 48 configs; exhaustive_limit=0 forces the optuna path.
+    source = make_source(
+        {
+            "BLOCK_M": (64, (64, 128)),
+            "BLOCK_N": (64, (32, 64, 128)),
+            "NUM_WARPS": (4, (4, 8)),
+            "NUM_STAGES": (3, (2, 3)),
+            "GROUP_M": (8, (8, 16)),
+        }
+    )
+    evaluate = Evaluator(cost=bowl_ms)
+
+    result = Tuner(source, trials=1000, evaluate=evaluate, seed=1, exhaustive_limit=0).run()
+
+    assert result.strategy == "optuna"
+    assert result.evaluations == 48
+    assert len(set(evaluate.keys)) == 48
+    assert result.best_values == {
+        "BLOCK_M": 128,
+        "BLOCK_N": 128,
+        "NUM_WARPS": 8,
+        "NUM_STAGES": 3,
+        "GROUP_M": 8,
+    }
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+def flaky_evaluate(source: str) -> Any:
+    values = {knob.name: knob.value for knob in parse_knobs(source)}
+    if values["BLOCK_N"] == 4096:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\n  at ...")
+    if values["NUM_WARPS"] == 1:
+        return {
+            "verdict": "rejected",
+            "failure": "compile_error",
+            "reasons": ["out of resource: shared memory", "BLOCK_N too large"],
+            "summary": {},
+        }
+    if values["BLOCK_N"] == 256 and values["NUM_WARPS"] == 2:
+        return "not a report"
+    return report(synthetic_ms(values))
+
+
+@pytest.mark.parametrize("exhaustive_limit", [64, 0], ids=["exhaustive", "optuna"])
+def test_failures_are_recorded_with_category_and_reason_and_are_not_fatal(
+    exhaustive_limit: int,
+) -> None:
+    result = Tuner(
+        TWO_KNOBS, trials=100, evaluate=flaky_evaluate, seed=0, exhaustive_limit=exhaustive_limit
+    ).run()
+
+    by_config = {config_key(t["values"]): t for t in result.trials}
+    assert len(by_config) == len(result.trials) == 20  # every config once, failures included
+    crashed = by_config[config_key({"BLOCK_N": 4096, "NUM_WARPS": 4})]
+    assert crashed["status"] == "failed"
+    assert crashed["failure"] == "crashed"
+    assert crashed["reason"] == (
+        "evaluate raised RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
+    assert crashed["description"] == "BLOCK_N=4096 NUM_WARPS=4: failed (crashed)"
+    rejected = by_config[config_key({"BLOCK_N": 2048, "NUM_WARPS": 1})]
+    assert rejected["failure"] == "compile_error"
+    assert rejected["reason"] == "out of resource: shared memory; BLOCK_N too large"
+    malformed = by_config[config_key({"BLOCK_N": 256, "NUM_WARPS": 2})]
+    assert malformed["failure"] == "malformed"
+    # BLOCK_N=4096 (4) + NUM_WARPS=1 (5, one overlapping) + the malformed one
+    assert result.failures == 4 + 5 - 1 + 1
+    assert result.evaluations == 20
+    assert result.best_values == {"BLOCK_N": 2048, "NUM_WARPS": 8}
+
+
+def test_when_the_start_fails_the_first_correct_config_becomes_the_incumbent() -> None:
+    source = make_source({"BLOCK_N": (4096, (4096, 512, 1024)), "NUM_WARPS": (4, (4,))})
+
+    result = Tuner(source, trials=10, evaluate=flaky_evaluate).run()
+
+    assert [t["status"] for t in result.trials] == ["failed", "kept", "kept"]
+    assert result.trials[1]["reason"].startswith("first correct config")
+    assert result.best_values == {"BLOCK_N": 1024, "NUM_WARPS": 4}
+
+
+def test_when_everything_fails_the_start_is_returned_unranked() -> None:
+    def evaluate(source: str) -> dict:
+        raise TimeoutError("no GPU")
+
+    result = Tuner(TWO_KNOBS, trials=5, evaluate=evaluate).run()
+
+    assert result.failures == result.evaluations == 5
+    assert result.best_source == TWO_KNOBS
+    assert result.best_report is None
+    assert result.ranked is False
+
+
+# -- untimed (CPU interpreter) ----------------------------------------------------------------
+
+
+def test_without_timings_configs_are_checked_but_not_ranked() -> None:
+    evaluate = Evaluator(cost=lambda values: None, noise=None)
+
+    result = Tuner(TWO_KNOBS, trials=100, evaluate=evaluate).run()
+
+    assert result.ranked is False
+    assert result.best_source == TWO_KNOBS
+    assert result.best_values == {"BLOCK_N": 1024, "NUM_WARPS": 4}
+    assert result.evaluations == 20
+    assert [t["status"] for t in result.trials] == ["kept"] + ["reverted"] * 19
+    assert all(t["geomean_ms"] is None for t in result.trials)
+    assert "untimed" in result.trials[1]["reason"]
+    assert result.trials[1]["description"].endswith(": correct, untimed reverted")
+    assert "not ranked" in result.note
+
+
+def test_without_timings_optuna_still_covers_distinct_configs() -> None:
+    evaluate = Evaluator(cost=lambda values: None, noise=None)
+
+    result = Tuner(FIVE_BY_SIX, trials=40, evaluate=evaluate, seed=3).run()
+
+    assert result.ranked is False
+    assert result.best_source == FIVE_BY_SIX
+    assert len(set(evaluate.keys)) == 40
+
+
+# -- callbacks and the result -----------------------------------------------------------------
+
+
+def test_on_trial_streams_each_record_in_order_and_the_result_is_json() -> None:
+    streamed: list[TrialRecord] = []
+
+    result = Tuner(TWO_KNOBS, trials=6, evaluate=Evaluator(), on_trial=streamed.append).run()
+
+    assert streamed == result.trials
+    assert [r["index"] for r in streamed] == list(range(6))
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["evaluations"] == 6
+    assert data["trials"][0]["speedups"] == {"eager": pytest.approx(1.31 / 1.15), "compiled": None}
+    assert set(data["trials"][0]) >= {
+        "index",
+        "values",
+        "status",
+        "failure",
+        "reason",
+        "geomean_ms",
+        "speedups",
+        "description",
+        "seconds",
+    }
+    assert result.evals_per_minute is not None and result.evals_per_minute > 0
+
+
+def test_bad_annotations_and_budgets_are_rejected_before_any_evaluation() -> None:
+    evaluate = Evaluator()
+
+    with pytest.raises(KnobError, match="line 5"):
+        Tuner(make_source({"A": (3, (1, 2))}), trials=5, evaluate=evaluate)
+    with pytest.raises(ValueError, match="trials"):
+        Tuner(TWO_KNOBS, trials=0, evaluate=evaluate)
+    assert evaluate.seen == []
+
+
+def test_a_source_without_knobs_is_evaluated_once() -> None:
+    source = make_source({})
+    calls: list[str] = []
+
+    def evaluate(src: str) -> dict:
+        calls.append(src)
+        return report(0.5)
+
+    result = Tuner(source, trials=10, evaluate=evaluate).run()
+
+    assert calls == [source]
+    assert result.trials[0]["description"] == "(no knobs): 0.5 ms (2.62x eager) kept"
