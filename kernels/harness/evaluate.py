@@ -124,12 +124,16 @@ def evaluate(
     budget_s: float = 0.5,
     baselines_compiled: bool = True,
     skip_static_checks: bool = False,
+    memory_bytes: int | None = None,
 ) -> dict:
-    """Evaluate one candidate source; returns the report (DESIGN.md, Report)."""
+    """Evaluate one candidate source; returns the report (DESIGN.md, Report).
+
+    `skip_static_checks` exists for tests that prove the run-time defences hold on their own.
+    """
     return _evaluate(
         problem, [source], device=device, tier=tier, shapes=shapes, timeout_s=timeout_s,
         on_event=on_event, pool=pool, budget_s=budget_s, baselines_compiled=baselines_compiled,
-        skip_static_checks=skip_static_checks, verify=True,
+        skip_static_checks=skip_static_checks, verify=True, memory_bytes=memory_bytes,
     )
 
 
@@ -179,7 +183,8 @@ def _geomean(xs: list[float]) -> float | None:
 
 
 def _evaluate(problem, sources, *, device, tier, shapes, timeout_s, on_event, pool, budget_s,
-              baselines_compiled, skip_static_checks, verify) -> dict:
+              baselines_compiled, skip_static_checks, verify, wrapper=None, extra=None,
+              memory_bytes=None) -> dict:
     started = time.monotonic()
     if isinstance(problem, str):
         problem = problems.load(problem)
@@ -202,8 +207,9 @@ def _evaluate(problem, sources, *, device, tier, shapes, timeout_s, on_event, po
     else:
         run.check("static", None, "skipped (test-only option)")
 
-    emit({"phase": "compiling"})
-    child = pool.acquire() if pool is not None else sandbox.Child(dev)
+    kw = {"memory_bytes": memory_bytes} if memory_bytes else {}
+    child = (pool.acquire() if pool is not None
+             else sandbox.Child(dev, wrapper=wrapper, keep_dir=wrapper is not None, **kw))
     lock = None
     try:
         child.wait_ready()
@@ -225,7 +231,10 @@ def _evaluate(problem, sources, *, device, tier, shapes, timeout_s, on_event, po
             "budget_s": budget_s,
             "baselines_compiled": baselines_compiled,
             "verify": verify,
+            **(extra or {}),
         }
+        if dev == "cuda":
+            lock = sandbox.GpuLock(_gpu_key(), shared=True).acquire()
         child.send(spec)
         deadline = time.monotonic() + (timeout_s or DEFAULT_TIMEOUT_S)
         out_root = child.dir / "out"
@@ -243,22 +252,26 @@ def _evaluate(problem, sources, *, device, tier, shapes, timeout_s, on_event, po
             elif t == "want_gpu":
                 go = not run.failures
                 if go:
-                    lock = sandbox.GpuLock(_gpu_key())
-                    lock.__enter__()
+                    if lock is not None:
+                        lock.release()
+                    lock = sandbox.GpuLock(_gpu_key()).acquire()
                 child.send({"go": go})
             elif t == "timed":
                 _on_timed(run, msg, out_root, dinfo, len(sources))
             elif t == "gpu_done":
                 if lock is not None:
-                    lock.__exit__(None, None, None)
-                    lock = None
+                    lock.release()
+                lock = sandbox.GpuLock(_gpu_key(), shared=True).acquire()
+            elif t == "profiled":
+                run.notes.append("profiled")
             elif t == "done":
                 _on_done(run, msg)
                 done = True
             elif t == "error":
                 cat = msg.get("category") if msg.get("category") in FAILURES else "crashed"
                 message = str(msg.get("message", ""))[:2000]
-                if "out of memory" in message.lower():
+                if any(k in message.lower() for k in ("out of memory", "can't allocate",
+                                                      "cannot allocate", "memoryerror")):
                     message = "out of memory: " + message
                 run.fail(cat, message)
                 run.notes.append(str(msg.get("tb", ""))[-2000:])
@@ -284,9 +297,10 @@ def _evaluate(problem, sources, *, device, tier, shapes, timeout_s, on_event, po
         run.fail("crashed", str(e))
     finally:
         if lock is not None:
-            lock.__exit__(None, None, None)
+            lock.release()
         child.close()
     report = _report(run, problem, dinfo, dtype, tier, started, sources)
+    report["sandbox_dir"] = str(child.dir)
     report["sandbox"] = {
         "network_isolated": sandbox.network_isolation_available(),
         "peak_rss_mb": round(child.peak_rss / 2**20, 1),

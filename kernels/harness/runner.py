@@ -89,6 +89,10 @@ def _categorise(e: BaseException) -> str:
     text = str(e)
     if "CompilationError" in name or "CompileTimeAssertionFailure" in name:
         return "compile_error"
+    # The CPU interpreter raises language-level errors (what the GPU compiler would reject)
+    # at run time, wrapped in InterpreterError.
+    if name == "InterpreterError" and "memory" not in text.lower():
+        return "compile_error"
     if isinstance(e, MemoryError) or "out of memory" in text.lower():
         return "crashed"
     return "crashed"

@@ -79,7 +79,15 @@ def _scratch_root() -> str | None:
 class Child:
     """One sandboxed runner process, started warm and used for one candidate."""
 
-    def __init__(self, device: str, *, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> None:
+    def __init__(
+        self,
+        device: str,
+        *,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        wrapper: list[str] | None = None,
+        keep_dir: bool = False,
+    ) -> None:
+        self.keep_dir = keep_dir
         self.device = device
         self.memory_bytes = memory_bytes
         self.dir = Path(tempfile.mkdtemp(prefix="autoweb-sbx-", dir=_scratch_root()))
@@ -108,7 +116,9 @@ class Child:
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
             env["AUTOWEB_LIMIT_AS"] = str(memory_bytes)
-        cmd = [sys.executable, "-I", "-c", _BOOT, str(PROJECT_ROOT)]
+        cmd = [*(wrapper or []), sys.executable, "-I", "-c", _BOOT, str(PROJECT_ROOT)]
+        if wrapper:
+            env["PATH"] = os.environ.get("PATH", env["PATH"])  # the profiler finds its tools
         if network_isolation_available():
             cmd = ["unshare", "-n", "--", *cmd]
         self.log_path = self.dir / "child.log"
@@ -215,7 +225,8 @@ class Child:
 
     def close(self) -> None:
         self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not self.keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Pool:
@@ -253,25 +264,30 @@ class Pool:
 
 
 class GpuLock:
-    """Only one process times on a GPU at a time: a thread lock plus an flock per device."""
+    """Readers-writer lock per GPU across processes (flock): timing holds it exclusively,
+    verification and reference computation hold it shared, so nothing else runs on the GPU
+    while a candidate is being timed. Each acquisition opens its own file description, so
+    threads of one process exclude each other too."""
 
-    _thread_locks: dict[str, threading.Lock] = {}
-
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, shared: bool = False) -> None:
         safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in key)
         self.path = Path(tempfile.gettempdir()) / f"autoweb-gpu-{safe}.lock"
-        self.tlock = self._thread_locks.setdefault(safe, threading.Lock())
+        self.shared = shared
         self._fh = None
 
-    def __enter__(self) -> GpuLock:
-        self.tlock.acquire()
+    def acquire(self) -> GpuLock:
         self._fh = open(self.path, "a")  # noqa: SIM115 - held for the lock's lifetime
-        fcntl.flock(self._fh, fcntl.LOCK_EX)
+        fcntl.flock(self._fh, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def release(self) -> None:
         if self._fh is not None:
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
-        self.tlock.release()
+
+    def __enter__(self) -> GpuLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

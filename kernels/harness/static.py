@@ -30,6 +30,14 @@ FORBIDDEN_ATTRS = frozenset(
         "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "gi_frame", "gi_code",
         "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame", "tb_next", "co_code",
         "co_consts", "func_globals", "data", "grad", "set_", "untyped_storage", "storage",
+        # modules that allowed modules happen to import (torch.os, typing.sys, ...)
+        "os", "sys", "subprocess", "ctypes", "inspect", "gc", "threading", "importlib",
+        "builtins", "io", "shutil", "socket", "pickle", "multiprocessing", "signal",
+        "platform", "glob", "pathlib", "tempfile", "types", "weakref", "traceback",
+        "warnings", "contextlib", "atexit", "resource", "select", "mmap", "marshal", "code",
+        "pty", "runpy", "sysconfig", "linecache", "tokenize", "dis", "copyreg", "pkgutil",
+        "environ", "system", "popen", "spawn", "fork", "execv", "dlopen", "CDLL", "cdll",
+        "cudart", "Path", "concurrent", "asyncio", "urllib", "http", "requests",
     }
 )
 # torch / triton namespaces that change global state, time things, launch work on other
@@ -42,7 +50,7 @@ FORBIDDEN_TORCH_ATTRS = frozenset(
         "graphs", "CUDAGraph", "make_graphed_callables", "testing", "profiler", "random",
         "manual_seed", "seed", "hub", "fx", "export", "package", "cpp_extension",
         "load_inline", "Generator", "memory", "empty_cache", "caching_allocator_alloc",
-        "mps", "xpu", "futures", "classes", "cuda.Event",
+        "mps", "xpu", "futures", "classes", "load", "save", "from_file", "hub",
     }
 )
 FORBIDDEN_TRITON_ATTRS = frozenset(

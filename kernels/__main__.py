@@ -1,0 +1,3 @@
+from kernels.cli import main
+
+raise SystemExit(main())

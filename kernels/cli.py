@@ -1,0 +1,269 @@
+"""`python -m kernels`: problems, evaluate, tune, ceilings, profile.
+
+Exit codes: 0 accepted (or success), 1 rejected, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kernels import problems
+
+
+class UsageError(Exception):
+    pass
+
+
+def _fmt(x, spec: str = ".3f", none: str = "-") -> str:
+    return none if x is None else format(x, spec)
+
+
+def _write_json(path: str | None, obj) -> None:
+    if path:
+        Path(path).write_text(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _load_problem(args) -> problems.Problem:
+    try:
+        return problems.load(args.problem, args.problems_dir)
+    except problems.ProblemError as e:
+        raise UsageError(str(e)) from e
+
+
+def _read_candidate(path: str | None, problem: problems.Problem) -> tuple[str, str]:
+    p = Path(path) if path else problem.seed_path
+    if not p.is_file():
+        raise UsageError(f"candidate file {str(p)!r} does not exist")
+    try:
+        return p.read_text(), str(p)
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read candidate {str(p)!r}: {e}") from e
+
+
+def _device(arg: str) -> str:
+    from kernels.harness import device
+
+    try:
+        return device.resolve(arg)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def cmd_problems(args) -> int:
+    probs = problems.all_problems(args.problems_dir)
+    if args.json:
+        _write_json(args.json, [p.to_dict() for p in probs])
+    for p in probs:
+        d = p.to_dict()
+        print(f"{p.name:18s} {p.signature:28s} dtypes: "
+              + ", ".join(f"{k}={v}" for k, v in d["dtypes"].items()))
+        if p.description:
+            print(f"  {p.description}")
+        print(f"  smoke ({len(d['shapes']['smoke'])}): " + "; ".join(d["shapes"]["smoke"]))
+        print(f"  full  ({len(d['shapes']['full'])}): " + "; ".join(d["shapes"]["full"]))
+    return 0
+
+
+def print_report(rep: dict, out=sys.stdout) -> None:
+    dev = rep["device"]
+    print(f"problem {rep['problem']}  tier {rep['tier']}  dtype {rep['dtype']}  "
+          f"device {dev['kind']} ({dev['name']})", file=out)
+    if dev["kind"] == "interpret":
+        print("timings: not meaningful on the CPU interpreter (correctness and checks only)", file=out)
+    hdr = (f"{'shape':28s} {'ok':3s} {'max_err':>9s} {'relL2':>9s} {'ms':>9s} {'eager':>9s} "
+           f"{'compiled':>9s} {'x eager':>8s} {'x comp':>8s} {'GB/s':>7s} {'TF/s':>7s} {'roof':>5s} bound")
+    print(hdr, file=out)
+    for s in rep["shapes"]:
+        first = s["errors"].get("first", {})
+        ok = {True: "yes", False: "NO"}.get(s.get("passed"), "-")
+        print(f"{s['label'][:28]:28s} {ok:3s} {_fmt(first.get('max_abs_err'), '9.2e'):>9s} "
+              f"{_fmt(first.get('rel_l2_err'), '9.2e'):>9s} {_fmt(s.get('candidate_ms'), '9.4f'):>9s} "
+              f"{_fmt(s.get('eager_ms'), '9.4f'):>9s} {_fmt(s.get('compiled_ms'), '9.4f'):>9s} "
+              f"{_fmt(s.get('speedup_eager'), '8.2f'):>8s} {_fmt(s.get('speedup_compiled'), '8.2f'):>8s} "
+              f"{_fmt(s.get('gbps'), '7.0f'):>7s} {_fmt(s.get('tflops'), '7.1f'):>7s} "
+              f"{_fmt(s.get('roofline_fraction'), '5.2f'):>5s} {s.get('bound', '-')}", file=out)
+    print("checks:", file=out)
+    for name, c in rep["checks"].items():
+        mark = {True: "pass", False: "FAIL", None: "skip"}[c["passed"]]
+        print(f"  {mark:4s} {name}: {c['detail']}", file=out)
+    sm = rep["summary"]
+    print(f"verdict: {rep['verdict']}" + (f" ({rep['failure']})" if rep["failure"] else ""), file=out)
+    for r in rep["reasons"]:
+        print(f"  - {r}", file=out)
+    print(f"geomean_speedup_eager: {_fmt(sm['geomean_speedup_eager'])}", file=out)
+    print(f"geomean_speedup_compiled: {_fmt(sm['geomean_speedup_compiled'])}", file=out)
+    print(f"min_speedup_eager: {_fmt(sm['min_speedup_eager'])}", file=out)
+    print(f"seconds: {sm['seconds']}", file=out)
+
+
+def _progress(quiet: bool):
+    def on_event(ev: dict) -> None:
+        if quiet:
+            return
+        where = f" {ev['shape'] + 1}/{ev['of']}" if "shape" in ev else ""
+        print(f"  .. {ev.get('phase')}{where}", file=sys.stderr, flush=True)
+
+    return on_event
+
+
+def cmd_evaluate(args) -> int:
+    from kernels.harness import evaluate
+
+    problem = _load_problem(args)
+    source, _ = _read_candidate(args.candidate, problem)
+    dev = _device(args.device)
+    rep = evaluate(problem, source, device=dev, tier=args.shapes, timeout_s=args.timeout,
+                   on_event=_progress(args.quiet), budget_s=args.budget)
+    _write_json(args.json, rep)
+    print_report(rep)
+    return 0 if rep["verdict"] == "accepted" else 1
+
+
+def cmd_tune(args) -> int:
+    from kernels import knobs
+    from kernels.harness import evaluate, retime
+    from kernels.harness.sandbox import Pool
+    from kernels.tuner import Tuner
+
+    problem = _load_problem(args)
+    source, path = _read_candidate(args.candidate, problem)
+    dev = _device(args.device)
+    if args.trials < 1:
+        raise UsageError("--trials must be at least 1")
+    try:
+        ks = knobs.parse_knobs(source)
+    except knobs.KnobError as e:
+        raise UsageError(f"{path}: {e}") from e
+    if not ks:
+        raise UsageError(f"{path} has no '# tune:' knobs to search")
+    pool = Pool(dev, size=args.jobs)
+    try:
+        def ev(src: str) -> dict:
+            return evaluate(problem, src, device=dev, tier=args.shapes, timeout_s=args.timeout,
+                            pool=pool, budget_s=args.budget)
+
+        def rt(srcs: list[str]) -> list[dict]:
+            return retime(problem, srcs, device=dev, tier=args.shapes, timeout_s=args.timeout,
+                          pool=pool, budget_s=args.budget)
+
+        def on_trial(rec) -> None:
+            print(f"[{rec['index']:3d}] {rec['description']}", flush=True)
+
+        tuner = Tuner(source, trials=args.trials, evaluate=ev, retime=rt if dev == "cuda" else None,
+                      seed=args.seed, on_trial=on_trial)
+        result = tuner.run()
+    finally:
+        pool.close()
+    out = result.to_dict()
+    out["problem"] = problem.name
+    out["device"] = (result.best_report or {}).get("device")
+    _write_json(args.json, out)
+    if args.out:
+        Path(args.out).write_text(result.best_source)
+    print(f"strategy: {result.strategy}  space: {result.space_size}  evaluations: {result.evaluations}"
+          f"  failures: {result.failures}")
+    print(f"evals_per_minute: {_fmt(result.evals_per_minute, '.1f')}")
+    print(f"ranked: {result.ranked}  {result.note}")
+    print("best: " + " ".join(f"{k}={v}" for k, v in result.best_values.items()))
+    if result.best_report:
+        sm = result.best_report["summary"]
+        print(f"best geomean_ms: {_fmt(sm.get('geomean_ms'), '.4f')}  "
+              f"x eager: {_fmt(sm.get('geomean_speedup_eager'))}  "
+              f"x compiled: {_fmt(sm.get('geomean_speedup_compiled'))}")
+    return 0 if result.best_report and result.best_report.get("verdict") == "accepted" else 1
+
+
+def cmd_ceilings(args) -> int:
+    from kernels.harness import device
+
+    dev = _device(args.device)
+    if dev != "cuda":
+        raise UsageError("ceilings need a CUDA device (the interpreter has none to measure)")
+    c = device.ceilings(measure=args.measure)
+    _write_json(args.json, c)
+    for k, v in c.items():
+        print(f"{k}: {v}")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    from kernels.harness import profile
+
+    problem = _load_problem(args)
+    source, _ = _read_candidate(args.candidate, problem)
+    if _device(args.device) != "cuda":
+        raise UsageError("profile needs a CUDA device and ncu")
+    try:
+        rep = profile.profile(problem, source, tier=args.shapes, timeout_s=args.timeout)
+    except profile.ProfileError as e:
+        raise UsageError(str(e)) from e
+    _write_json(args.json, rep)
+    print_report(rep)
+    print("profile (ncu):")
+    for row in rep.get("profile", {}).get("kernels", []):
+        print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    return 0 if rep["verdict"] == "accepted" else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m kernels", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p, candidate=True):
+        p.add_argument("--problems-dir", action="append", default=None,
+                       help="extra directory of problem modules (repeatable)")
+        p.add_argument("--json", metavar="OUT", help="write the JSON report here")
+        if candidate:
+            p.add_argument("--problem", required=True)
+            p.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
+            p.add_argument("--shapes", default="smoke", choices=["smoke", "full"])
+            p.add_argument("--timeout", type=float, default=None, help="seconds per evaluation")
+            p.add_argument("--budget", type=float, default=0.5,
+                           help="seconds of timing per shape (GPU)")
+
+    p = sub.add_parser("problems", help="list problems with signatures and shape sweeps")
+    common(p, candidate=False)
+    p.set_defaults(fn=cmd_problems)
+
+    p = sub.add_parser("evaluate", help="evaluate one candidate file")
+    common(p)
+    p.add_argument("--candidate", required=True)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=cmd_evaluate)
+
+    p = sub.add_parser("tune", help="search a kernel's # tune: knobs")
+    common(p)
+    p.add_argument("--candidate", help="default: the problem's seed kernel")
+    p.add_argument("--trials", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=2, help="warm sandbox processes kept ready")
+    p.add_argument("--out", help="write the best candidate source here")
+    p.set_defaults(fn=cmd_tune)
+
+    p = sub.add_parser("ceilings", help="measure and cache the device's copy bandwidth and matrix rate")
+    p.add_argument("--json", metavar="OUT")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
+    p.add_argument("--measure", action="store_true", help="measure again even if cached")
+    p.set_defaults(fn=cmd_ceilings)
+
+    p = sub.add_parser("profile", help="evaluate, then attach ncu DRAM/SM throughput and occupancy")
+    common(p)
+    p.add_argument("--candidate", help="default: the problem's seed kernel")
+    p.set_defaults(fn=cmd_profile)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:  # argparse exits 2 on usage errors already
+        return int(e.code or 0)
+    try:
+        return args.fn(args)
+    except (UsageError, problems.ProblemError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,69 @@
+"""RMSNorm over the last dimension: x [M, N], weight [N] -> x * rsqrt(mean(x^2) + eps) * weight."""
+
+from __future__ import annotations
+
+import torch
+
+SIGNATURE = "kernel(x, weight)"
+DESCRIPTION = (
+    "x [M, N], weight [N]; fp32 math, eps = 1e-6; y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight; "
+    "output dtype = x.dtype."
+)
+EPS = 1e-6
+
+# Tokens x hidden size of LLM pre-norms: decode batches (1, 128 rows), prefill up to 65536 x 4096,
+# 4096 x 32768, and non-powers of two (Qwen2's 3584, 5120, 1000).
+SHAPES_FULL = [
+    {"M": 1, "N": 4096},
+    {"M": 128, "N": 4096},
+    {"M": 4096, "N": 1000},
+    {"M": 4096, "N": 2048},
+    {"M": 4096, "N": 3584},
+    {"M": 4096, "N": 4096},
+    {"M": 8192, "N": 5120},
+    {"M": 16384, "N": 4096},
+    {"M": 65536, "N": 4096},
+    {"M": 4096, "N": 8192},
+    {"M": 4096, "N": 16384},
+    {"M": 4096, "N": 32768},
+]
+# Interpreter sweep: a single element, odd sizes, rows crossing program boundaries and a row
+# longer than any BLOCK_N knob value, so looping kernels cross blocks with a ragged tail.
+SHAPES_SMOKE = [
+    {"M": 1, "N": 1},
+    {"M": 37, "N": 1000},
+    {"M": 19, "N": 2500},
+    {"M": 3, "N": 16500},
+]
+DTYPES = {"cuda": torch.bfloat16, "interpret": torch.float32}
+# bf16: the output's own rounding is <= 2^-9 relative; fp32: an fp32 kernel is ~1e-7 off, while
+# one computing in bf16/fp16 is >= 1e-4 off and must fail.
+TOLERANCE = {
+    torch.bfloat16: {"atol": 1e-2, "rtol": 1e-2, "l2": 1e-2},
+    torch.float32: {"atol": 1e-5, "rtol": 1e-5, "l2": 1e-5},
+}
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    # Upcast half types to fp32 (float64 stays float64 for the oracle), as LLM code does.
+    acc = torch.promote_types(x.dtype, torch.float32)
+    xf = x.to(acc)
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + EPS)
+    return (y * weight.to(acc)).to(x.dtype)
+
+
+def make_inputs(shape, dtype, device, generator):
+    m, n = shape["M"], shape["N"]
+    x = torch.randn(m, n, device=device, generator=generator) * 2.0
+    weight = 1.0 + 0.1 * torch.randn(n, device=device, generator=generator)
+    return x.to(dtype), weight.to(dtype)
+
+
+def flops(shape) -> float:
+    # square, sum, scale by rsqrt, scale by weight per element
+    return 4.0 * shape["M"] * shape["N"]
+
+
+def bytes(shape, dtype) -> float:  # noqa: A001 - the contract's name
+    m, n = shape["M"], shape["N"]
+    return (2.0 * m * n + n) * torch.empty((), dtype=dtype).element_size()
