@@ -58,8 +58,10 @@ def cmd_problems(args) -> int:
         _write_json(args.json, [p.to_dict() for p in probs])
     for p in probs:
         d = p.to_dict()
-        print(f"{p.name:18s} {p.signature:28s} dtypes: "
-              + ", ".join(f"{k}={v}" for k, v in d["dtypes"].items()))
+        print(
+            f"{p.name:18s} {p.signature:28s} dtypes: "
+            + ", ".join(f"{k}={v}" for k, v in d["dtypes"].items())
+        )
         if p.description:
             print(f"  {p.description}")
         print(f"  smoke ({len(d['shapes']['smoke'])}): " + "; ".join(d["shapes"]["smoke"]))
@@ -69,28 +71,43 @@ def cmd_problems(args) -> int:
 
 def print_report(rep: dict, out=sys.stdout) -> None:
     dev = rep["device"]
-    print(f"problem {rep['problem']}  tier {rep['tier']}  dtype {rep['dtype']}  "
-          f"device {dev['kind']} ({dev['name']})", file=out)
+    print(
+        f"problem {rep['problem']}  tier {rep['tier']}  dtype {rep['dtype']}  "
+        f"device {dev['kind']} ({dev['name']})",
+        file=out,
+    )
     if dev["kind"] == "interpret":
-        print("timings: not meaningful on the CPU interpreter (correctness and checks only)", file=out)
-    hdr = (f"{'shape':28s} {'ok':3s} {'max_err':>9s} {'relL2':>9s} {'ms':>9s} {'eager':>9s} "
-           f"{'compiled':>9s} {'x eager':>8s} {'x comp':>8s} {'GB/s':>7s} {'TF/s':>7s} {'roof':>5s} bound")
+        print(
+            "timings: not meaningful on the CPU interpreter (correctness and checks only)", file=out
+        )
+    hdr = (
+        f"{'shape':28s} {'ok':3s} {'max_err':>9s} {'relL2':>9s} {'ms':>9s} {'eager':>9s} "
+        f"{'compiled':>9s} {'x eager':>8s} {'x comp':>8s} {'GB/s':>7s} {'TF/s':>7s} "
+        f"{'roof':>5s} bound"
+    )
     print(hdr, file=out)
     for s in rep["shapes"]:
         first = s["errors"].get("first", {})
         ok = {True: "yes", False: "NO"}.get(s.get("passed"), "-")
-        print(f"{s['label'][:28]:28s} {ok:3s} {_fmt(first.get('max_abs_err'), '9.2e'):>9s} "
-              f"{_fmt(first.get('rel_l2_err'), '9.2e'):>9s} {_fmt(s.get('candidate_ms'), '9.4f'):>9s} "
-              f"{_fmt(s.get('eager_ms'), '9.4f'):>9s} {_fmt(s.get('compiled_ms'), '9.4f'):>9s} "
-              f"{_fmt(s.get('speedup_eager'), '8.2f'):>8s} {_fmt(s.get('speedup_compiled'), '8.2f'):>8s} "
-              f"{_fmt(s.get('gbps'), '7.0f'):>7s} {_fmt(s.get('tflops'), '7.1f'):>7s} "
-              f"{_fmt(s.get('roofline_fraction'), '5.2f'):>5s} {s.get('bound', '-')}", file=out)
+        print(
+            f"{s['label'][:28]:28s} {ok:3s} {_fmt(first.get('max_abs_err'), '9.2e'):>9s} "
+            f"{_fmt(first.get('rel_l2_err'), '9.2e'):>9s} "
+            f"{_fmt(s.get('candidate_ms'), '9.4f'):>9s} "
+            f"{_fmt(s.get('eager_ms'), '9.4f'):>9s} {_fmt(s.get('compiled_ms'), '9.4f'):>9s} "
+            f"{_fmt(s.get('speedup_eager'), '8.2f'):>8s} "
+            f"{_fmt(s.get('speedup_compiled'), '8.2f'):>8s} "
+            f"{_fmt(s.get('gbps'), '7.0f'):>7s} {_fmt(s.get('tflops'), '7.1f'):>7s} "
+            f"{_fmt(s.get('roofline_fraction'), '5.2f'):>5s} {s.get('bound', '-')}",
+            file=out,
+        )
     print("checks:", file=out)
     for name, c in rep["checks"].items():
         mark = {True: "pass", False: "FAIL", None: "skip"}[c["passed"]]
         print(f"  {mark:4s} {name}: {c['detail']}", file=out)
     sm = rep["summary"]
-    print(f"verdict: {rep['verdict']}" + (f" ({rep['failure']})" if rep["failure"] else ""), file=out)
+    print(
+        f"verdict: {rep['verdict']}" + (f" ({rep['failure']})" if rep["failure"] else ""), file=out
+    )
     for r in rep["reasons"]:
         print(f"  - {r}", file=out)
     print(f"geomean_speedup_eager: {_fmt(sm['geomean_speedup_eager'])}", file=out)
@@ -115,8 +132,15 @@ def cmd_evaluate(args) -> int:
     problem = _load_problem(args)
     source, _ = _read_candidate(args.candidate, problem)
     dev = _device(args.device)
-    rep = evaluate(problem, source, device=dev, tier=args.shapes, timeout_s=args.timeout,
-                   on_event=_progress(args.quiet), budget_s=args.budget)
+    rep = evaluate(
+        problem,
+        source,
+        device=dev,
+        tier=args.shapes,
+        timeout_s=args.timeout,
+        on_event=_progress(args.quiet),
+        budget_s=args.budget,
+    )
     _write_json(args.json, rep)
     print_report(rep)
     return 0 if rep["verdict"] == "accepted" else 1
@@ -141,19 +165,40 @@ def cmd_tune(args) -> int:
         raise UsageError(f"{path} has no '# tune:' knobs to search")
     pool = Pool(dev, size=args.jobs)
     try:
+
         def ev(src: str) -> dict:
-            return evaluate(problem, src, device=dev, tier=args.shapes, timeout_s=args.timeout,
-                            pool=pool, budget_s=args.budget)
+            return evaluate(
+                problem,
+                src,
+                device=dev,
+                tier=args.shapes,
+                timeout_s=args.timeout,
+                pool=pool,
+                budget_s=args.budget,
+            )
 
         def rt(srcs: list[str]) -> list[dict]:
-            return retime(problem, srcs, device=dev, tier=args.shapes, timeout_s=args.timeout,
-                          pool=pool, budget_s=args.budget)
+            return retime(
+                problem,
+                srcs,
+                device=dev,
+                tier=args.shapes,
+                timeout_s=args.timeout,
+                pool=pool,
+                budget_s=args.budget,
+            )
 
         def on_trial(rec) -> None:
             print(f"[{rec['index']:3d}] {rec['description']}", flush=True)
 
-        tuner = Tuner(source, trials=args.trials, evaluate=ev, retime=rt if dev == "cuda" else None,
-                      seed=args.seed, on_trial=on_trial)
+        tuner = Tuner(
+            source,
+            trials=args.trials,
+            evaluate=ev,
+            retime=rt if dev == "cuda" else None,
+            seed=args.seed,
+            on_trial=on_trial,
+        )
         result = tuner.run()
     finally:
         pool.close()
@@ -163,16 +208,21 @@ def cmd_tune(args) -> int:
     _write_json(args.json, out)
     if args.out:
         Path(args.out).write_text(result.best_source)
-    print(f"strategy: {result.strategy}  space: {result.space_size}  evaluations: {result.evaluations}"
-          f"  failures: {result.failures}")
+    print(
+        f"strategy: {result.strategy}  space: {result.space_size}  "
+        f"evaluations: {result.evaluations}"
+        f"  failures: {result.failures}"
+    )
     print(f"evals_per_minute: {_fmt(result.evals_per_minute, '.1f')}")
     print(f"ranked: {result.ranked}  {result.note}")
     print("best: " + " ".join(f"{k}={v}" for k, v in result.best_values.items()))
     if result.best_report:
         sm = result.best_report["summary"]
-        print(f"best geomean_ms: {_fmt(sm.get('geomean_ms'), '.4f')}  "
-              f"x eager: {_fmt(sm.get('geomean_speedup_eager'))}  "
-              f"x compiled: {_fmt(sm.get('geomean_speedup_compiled'))}")
+        print(
+            f"best geomean_ms: {_fmt(sm.get('geomean_ms'), '.4f')}  "
+            f"x eager: {_fmt(sm.get('geomean_speedup_eager'))}  "
+            f"x compiled: {_fmt(sm.get('geomean_speedup_compiled'))}"
+        )
     return 0 if result.best_report and result.best_report.get("verdict") == "accepted" else 1
 
 
@@ -213,16 +263,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def common(p, candidate=True):
-        p.add_argument("--problems-dir", action="append", default=None,
-                       help="extra directory of problem modules (repeatable)")
+        p.add_argument(
+            "--problems-dir",
+            action="append",
+            default=None,
+            help="extra directory of problem modules (repeatable)",
+        )
         p.add_argument("--json", metavar="OUT", help="write the JSON report here")
         if candidate:
             p.add_argument("--problem", required=True)
             p.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
             p.add_argument("--shapes", default="smoke", choices=["smoke", "full"])
             p.add_argument("--timeout", type=float, default=None, help="seconds per evaluation")
-            p.add_argument("--budget", type=float, default=0.5,
-                           help="seconds of timing per shape (GPU)")
+            p.add_argument(
+                "--budget", type=float, default=0.5, help="seconds of timing per shape (GPU)"
+            )
 
     p = sub.add_parser("problems", help="list problems with signatures and shape sweeps")
     common(p, candidate=False)
@@ -243,7 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the best candidate source here")
     p.set_defaults(fn=cmd_tune)
 
-    p = sub.add_parser("ceilings", help="measure and cache the device's copy bandwidth and matrix rate")
+    p = sub.add_parser(
+        "ceilings", help="measure and cache the device's copy bandwidth and matrix rate"
+    )
     p.add_argument("--json", metavar="OUT")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
     p.add_argument("--measure", action="store_true", help="measure again even if cached")

@@ -30,12 +30,63 @@ from kernels.harness import runner, static, timing
 # aten ops a candidate may dispatch: allocation, views, copies and metadata. Anything else is
 # a torch compute op, i.e. library fallback.
 ALLOWED_OPS = frozenset(
-    """empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros
-    zero_ fill_ full full_like new_full ones ones_like new_ones view _unsafe_view reshape
-    as_strided t transpose permute expand select slice unsqueeze squeeze detach alias
-    lift_fresh clone copy_ _to_copy contiguous unbind split split_with_sizes narrow flatten
-    unflatten view_as expand_as movedim sym_size sym_stride sym_numel sym_storage_offset
-    stride size is_contiguous _local_scalar_dense dim numel is_same_size""".split()
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "zeros",
+        "zeros_like",
+        "new_zeros",
+        "zero_",
+        "fill_",
+        "full",
+        "full_like",
+        "new_full",
+        "ones",
+        "ones_like",
+        "new_ones",
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "as_strided",
+        "t",
+        "transpose",
+        "permute",
+        "expand",
+        "select",
+        "slice",
+        "unsqueeze",
+        "squeeze",
+        "detach",
+        "alias",
+        "lift_fresh",
+        "clone",
+        "copy_",
+        "_to_copy",
+        "contiguous",
+        "unbind",
+        "split",
+        "split_with_sizes",
+        "narrow",
+        "flatten",
+        "unflatten",
+        "view_as",
+        "expand_as",
+        "movedim",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "stride",
+        "size",
+        "is_contiguous",
+        "_local_scalar_dense",
+        "dim",
+        "numel",
+        "is_same_size",
+    }
 )
 # Triton's CPU interpreter moves arguments to numpy and back through these.
 INTERPRETER_OPS = frozenset({"set_"})
@@ -338,7 +389,7 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
     with torch.no_grad():
         for f in fns.values():
             for _ in range(3):
-                f(a)  if isinstance(f, Candidate) else f(*a)
+                f(a) if isinstance(f, Candidate) else f(*a)
         torch.cuda.synchronize()
         quick = timing.quick_ms(lambda: cands[0](a), flush)
         set_bytes = sum(x.numel() * x.element_size() for x in a)
@@ -349,7 +400,9 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
             try:
                 nsets = max(1, min(32, math.ceil(2.5 * l2 / max(set_bytes, 1))))
                 sets = [a] + [
-                    problem.make_inputs(shape, dtype, "cuda", seeds["rot"][j % len(seeds["rot"])] + j)
+                    problem.make_inputs(
+                        shape, dtype, "cuda", seeds["rot"][j % len(seeds["rot"])] + j
+                    )
                     for j in range(1, nsets)
                 ]
                 reps = max(timing.GRAPH_REPS, nsets)
@@ -357,7 +410,9 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
                 samplers, div = {}, {}
                 for name, f in fns.items():
                     calls = [
-                        (lambda s=s, f=f: f(s)) if isinstance(f, Candidate) else (lambda s=s, f=f: f(*s))
+                        (lambda s=s, f=f: f(s))
+                        if isinstance(f, Candidate)
+                        else (lambda s=s, f=f: f(*s))
                         for s in sets
                     ]
                     g, outs = timing.capture(calls, reps)
@@ -370,13 +425,16 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
                 mode = "graph"
                 timed_out = {n: h[1][0] for n, h in holders.items()}
             except Exception as e:
-                notes.append(f"graph timing unavailable, used events: {type(e).__name__}: {e}"[:300])
+                notes.append(
+                    f"graph timing unavailable, used events: {type(e).__name__}: {e}"[:300]
+                )
                 holders.clear()
                 torch.cuda.synchronize()
         if results is None:
             last: dict[str, object] = {}
             samplers, div = {}, {}
             for name, f in fns.items():
+
                 def call(f=f, name=name):
                     last[name] = f(a) if isinstance(f, Candidate) else f(*a)
 
@@ -407,8 +465,11 @@ def run(spec: dict, send, recv) -> None:
         try:
             mod = load_candidate(path, k)
         except BaseException as e:
-            send(t="error", category="compile_error", message=f"loading the candidate failed: "
-                 f"{type(e).__name__}: {e}"[:2000])
+            send(
+                t="error",
+                category="compile_error",
+                message=f"loading the candidate failed: {type(e).__name__}: {e}"[:2000],
+            )
             return
         cands.append(Candidate(mod, OpRecorder(allowed)))
     changed = snap.changes()
@@ -419,7 +480,9 @@ def run(spec: dict, send, recv) -> None:
     shapes = spec["shapes"]
     if spec.get("profile"):
         for shape in shapes:
-            a = problem.make_inputs(shape, getattr(torch, spec["dtype"]), "cuda", spec["seeds"][0]["first"])
+            a = problem.make_inputs(
+                shape, getattr(torch, spec["dtype"]), "cuda", spec["seeds"][0]["first"]
+            )
             for _ in range(2):
                 cands[0](a)
             torch.cuda.synchronize()

@@ -32,7 +32,11 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict
     bad = (diff > bound) | nonfinite_bad
     n_bad = int(bad.sum())
     ref_norm = float(rf.norm())
-    rel_l2 = float((of - rf).norm()) / ref_norm if ref_norm > 0 else float(diff.max() if diff.numel() else 0.0)
+    rel_l2 = (
+        float((of - rf).norm()) / ref_norm
+        if ref_norm > 0
+        else float(diff.max() if diff.numel() else 0.0)
+    )
     res = {
         "max_abs_err": float(diff.max()) if diff.numel() else 0.0,
         "rel_l2_err": rel_l2,
@@ -52,7 +56,11 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict
             res["bad_rows"] = int(rows.sum())
         res["reason"] = (
             f"{n_bad} of {bad.numel()} elements outside tolerance"
-            + (f" ({res['nonfinite_mismatched']} NaN/Inf mismatches)" if res["nonfinite_mismatched"] else "")
+            + (
+                f" ({res['nonfinite_mismatched']} NaN/Inf mismatches)"
+                if res["nonfinite_mismatched"]
+                else ""
+            )
             + f", max abs err {res['max_abs_err']:.3g}, rel L2 {rel_l2:.3g} (limit {tol['l2']:g})"
         )
     res["passed"] = passed

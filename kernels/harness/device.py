@@ -45,7 +45,9 @@ def versions() -> dict:
         with contextlib.suppress(Exception):
             out = subprocess.run(
                 ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=10,
+                capture_output=True,
+                text=True,
+                timeout=10,
             )
             v["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
     return v

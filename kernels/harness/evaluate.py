@@ -26,12 +26,26 @@ from kernels.harness.compare import compare
 DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOWEB_SANDBOX_TIMEOUT_S", "300"))
 UNSTABLE_SPREAD = 0.5
 FAILURES = (
-    "compile_error", "prohibited", "incorrect", "crashed", "timeout", "unstable",
-    "hack_suspected", "malformed",
+    "compile_error",
+    "prohibited",
+    "incorrect",
+    "crashed",
+    "timeout",
+    "unstable",
+    "hack_suspected",
+    "malformed",
 )
 # The order a failure is reported in when several apply: the most specific first.
-_PRIORITY = ["timeout", "crashed", "compile_error", "malformed", "prohibited", "hack_suspected",
-             "incorrect", "unstable"]
+_PRIORITY = [
+    "timeout",
+    "crashed",
+    "compile_error",
+    "malformed",
+    "prohibited",
+    "hack_suspected",
+    "incorrect",
+    "unstable",
+]
 
 Event = Callable[[dict], None]
 
@@ -40,8 +54,10 @@ def _seeds(n_shapes: int) -> list[dict]:
     def s() -> int:
         return secrets.randbits(62)
 
-    return [{"first": s(), "second": s(), "final": s(), "rot": [s() for _ in range(4)]}
-            for _ in range(n_shapes)]
+    return [
+        {"first": s(), "second": s(), "final": s(), "rot": [s() for _ in range(4)]}
+        for _ in range(n_shapes)
+    ]
 
 
 def _read_output(meta: dict, dtype: torch.dtype, root: Path) -> torch.Tensor:
@@ -56,7 +72,11 @@ def _read_output(meta: dict, dtype: torch.dtype, root: Path) -> torch.Tensor:
     raw = path.read_bytes()
     if len(raw) != numel * esize:
         raise ValueError(f"output file holds {len(raw)} bytes, expected {numel * esize}")
-    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    t = (
+        torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        if raw
+        else torch.empty(0, dtype=torch.uint8)
+    )
     return t.view(dtype).reshape(shape)
 
 
@@ -131,9 +151,19 @@ def evaluate(
     `skip_static_checks` exists for tests that prove the run-time defences hold on their own.
     """
     return _evaluate(
-        problem, [source], device=device, tier=tier, shapes=shapes, timeout_s=timeout_s,
-        on_event=on_event, pool=pool, budget_s=budget_s, baselines_compiled=baselines_compiled,
-        skip_static_checks=skip_static_checks, verify=True, memory_bytes=memory_bytes,
+        problem,
+        [source],
+        device=device,
+        tier=tier,
+        shapes=shapes,
+        timeout_s=timeout_s,
+        on_event=on_event,
+        pool=pool,
+        budget_s=budget_s,
+        baselines_compiled=baselines_compiled,
+        skip_static_checks=skip_static_checks,
+        verify=True,
+        memory_bytes=memory_bytes,
     )
 
 
@@ -154,9 +184,18 @@ def retime(
     verified again. A source whose timed outputs are wrong gets geomean_ms None.
     """
     rep = _evaluate(
-        problem, sources, device=device, tier=tier, shapes=shapes, timeout_s=timeout_s,
-        on_event=None, pool=pool, budget_s=budget_s, baselines_compiled=False,
-        skip_static_checks=False, verify=False,
+        problem,
+        sources,
+        device=device,
+        tier=tier,
+        shapes=shapes,
+        timeout_s=timeout_s,
+        on_event=None,
+        pool=pool,
+        budget_s=budget_s,
+        baselines_compiled=False,
+        skip_static_checks=False,
+        verify=False,
     )
     out = []
     for c in range(len(sources)):
@@ -168,12 +207,14 @@ def retime(
                 break
             ms.append(t["median"])
             spreads.append(t["spread"] or 0.0)
-        out.append({
-            "geomean_ms": _geomean(ms) if ok and ms else None,
-            "noise": statistics.median(spreads) if ok and spreads else None,
-            "shapes_ms": ms if ok else None,
-            "reasons": rep["reasons"],
-        })
+        out.append(
+            {
+                "geomean_ms": _geomean(ms) if ok and ms else None,
+                "noise": statistics.median(spreads) if ok and spreads else None,
+                "shapes_ms": ms if ok else None,
+                "reasons": rep["reasons"],
+            }
+        )
     return out
 
 
@@ -182,9 +223,24 @@ def _geomean(xs: list[float]) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def _evaluate(problem, sources, *, device, tier, shapes, timeout_s, on_event, pool, budget_s,
-              baselines_compiled, skip_static_checks, verify, wrapper=None, extra=None,
-              memory_bytes=None) -> dict:
+def _evaluate(
+    problem,
+    sources,
+    *,
+    device,
+    tier,
+    shapes,
+    timeout_s,
+    on_event,
+    pool,
+    budget_s,
+    baselines_compiled,
+    skip_static_checks,
+    verify,
+    wrapper=None,
+    extra=None,
+    memory_bytes=None,
+) -> dict:
     started = time.monotonic()
     if isinstance(problem, str):
         problem = problems.load(problem)
@@ -208,8 +264,11 @@ def _evaluate(problem, sources, *, device, tier, shapes, timeout_s, on_event, po
         run.check("static", None, "skipped (test-only option)")
 
     kw = {"memory_bytes": memory_bytes} if memory_bytes else {}
-    child = (pool.acquire() if pool is not None
-             else sandbox.Child(dev, wrapper=wrapper, keep_dir=wrapper is not None, **kw))
+    child = (
+        pool.acquire()
+        if pool is not None
+        else sandbox.Child(dev, wrapper=wrapper, keep_dir=wrapper is not None, **kw)
+    )
     lock = None
     try:
         child.wait_ready()
@@ -220,7 +279,9 @@ def _evaluate(problem, sources, *, device, tier, shapes, timeout_s, on_event, po
             paths.append(str(p))
         spec = {
             "problem": problem.name,
-            "problem_dirs": [str(problem.path.parent)] if problem.path.parent != problems.BUILTIN_DIR else [],
+            "problem_dirs": [str(problem.path.parent)]
+            if problem.path.parent != problems.BUILTIN_DIR
+            else [],
             "candidates": paths,
             "device": "cuda" if dev == "cuda" else "cpu",
             "dtype": str(dtype).replace("torch.", ""),
@@ -270,28 +331,42 @@ def _evaluate(problem, sources, *, device, tier, shapes, timeout_s, on_event, po
             elif t == "error":
                 cat = msg.get("category") if msg.get("category") in FAILURES else "crashed"
                 message = str(msg.get("message", ""))[:2000]
-                if any(k in message.lower() for k in ("out of memory", "can't allocate",
-                                                      "cannot allocate", "memoryerror")):
+                if any(
+                    k in message.lower()
+                    for k in ("out of memory", "can't allocate", "cannot allocate", "memoryerror")
+                ):
                     message = "out of memory: " + message
                 run.fail(cat, message)
                 run.notes.append(str(msg.get("tb", ""))[-2000:])
                 done = True
             elif t == "timeout":
-                run.fail("timeout", f"no result within {timeout_s or DEFAULT_TIMEOUT_S:.0f} s; "
-                         "the process tree was killed")
+                run.fail(
+                    "timeout",
+                    f"no result within {timeout_s or DEFAULT_TIMEOUT_S:.0f} s; "
+                    "the process tree was killed",
+                )
                 done = True
             elif t == "memory":
-                run.fail("crashed", f"out of memory: the sandbox used {msg['rss'] / 2**30:.1f} GiB "
-                         f"(cap {child.memory_bytes / 2**30:.0f} GiB) and was killed")
+                run.fail(
+                    "crashed",
+                    f"out of memory: the sandbox used {msg['rss'] / 2**30:.1f} GiB "
+                    f"(cap {child.memory_bytes / 2**30:.0f} GiB) and was killed",
+                )
                 done = True
             elif t == "eof":
                 with contextlib.suppress(Exception):
                     child.proc.wait(timeout=5)
-                run.fail("crashed", f"the sandboxed process died ({child.exit_description()}): "
-                         f"{child.log_tail(1500)}")
+                run.fail(
+                    "crashed",
+                    f"the sandboxed process died ({child.exit_description()}): "
+                    f"{child.log_tail(1500)}",
+                )
                 done = True
             elif t == "garbage":
-                run.fail("crashed", f"the sandboxed process wrote an unreadable message: {msg.get('raw')!r}")
+                run.fail(
+                    "crashed",
+                    f"the sandboxed process wrote an unreadable message: {msg.get('raw')!r}",
+                )
                 done = True
     except sandbox.SandboxError as e:
         run.fail("crashed", str(e))
@@ -310,7 +385,10 @@ def _evaluate(problem, sources, *, device, tier, shapes, timeout_s, on_event, po
 
 def _gpu_key() -> str:
     props = torch.cuda.get_device_properties(0)
-    return str(getattr(props, "uuid", "")) or f"{props.name}-{os.environ.get('CUDA_VISIBLE_DEVICES', '0')}"
+    return (
+        str(getattr(props, "uuid", ""))
+        or f"{props.name}-{os.environ.get('CUDA_VISIBLE_DEVICES', '0')}"
+    )
 
 
 def _on_verified(run: _Run, msg: dict, root: Path) -> None:
@@ -329,29 +407,48 @@ def _on_verified(run: _Run, msg: dict, root: Path) -> None:
     outs = msg.get("outputs") or {}
     if "first" in outs:
         ok = run.verify(i, "first", "first", outs["first"], root)
-        run.check("correctness", ok, "fresh random inputs (secret seed), float64 reference"
-                  if ok else f"{label}: {run.results[i]['errors']['first'].get('reason')}")
+        run.check(
+            "correctness",
+            ok,
+            "fresh random inputs (secret seed), float64 reference"
+            if ok
+            else f"{label}: {run.results[i]['errors']['first'].get('reason')}",
+        )
         if not ok:
             run.fail("incorrect", f"{label}: {run.results[i]['errors']['first'].get('reason')}")
         run.results[i]["passed"] = ok
         if "second" in outs:
             ok2 = run.verify(i, "second", "second", outs["second"], root)
             if ok and not ok2:
-                why = (f"{label}: right on the first call, wrong after new values were written "
-                       "into the same input buffers (results cached across calls)")
+                why = (
+                    f"{label}: right on the first call, wrong after new values were written "
+                    "into the same input buffers (results cached across calls)"
+                )
                 run.check("fresh_values", False, why)
                 run.fail("hack_suspected", why)
             else:
-                run.check("fresh_values", ok2 or None, "second call on new values in the same buffers")
+                run.check(
+                    "fresh_values", ok2 or None, "second call on new values in the same buffers"
+                )
             run.results[i]["passed"] = ok and ok2
     for p in probs:
-        name = ("no_aliasing" if "alias" in p else "inputs_unchanged" if "mutated" in p
-                else "fresh_values" if "reused" in p or "first call's buffer" in p
-                else "side_streams" if "stream" in p else "integrity")
+        name = (
+            "no_aliasing"
+            if "alias" in p
+            else "inputs_unchanged"
+            if "mutated" in p
+            else "fresh_values"
+            if "reused" in p or "first call's buffer" in p
+            else "side_streams"
+            if "stream" in p
+            else "integrity"
+        )
         run.check(name, False, f"{label}: {p}")
         run.fail("hack_suspected", f"{label}: {p}")
-    for name, detail in (("no_aliasing", "output shares no storage with inputs"),
-                         ("inputs_unchanged", "inputs bitwise unchanged")):
+    for name, detail in (
+        ("no_aliasing", "output shares no storage with inputs"),
+        ("inputs_unchanged", "inputs bitwise unchanged"),
+    ):
         run.check(name, True, detail)
     if run.dev == "cuda":
         if not any("stream" in p for p in probs):
@@ -362,9 +459,14 @@ def _on_verified(run: _Run, msg: dict, root: Path) -> None:
             run.fail("hack_suspected", why)
         elif "graph" in outs:
             ok = run.verify(i, "graph", "final", outs["graph"], root)
-            why = "captured and replayed on new inputs" if ok else (
-                f"{label}: wrong output under CUDA-graph replay: "
-                f"{run.results[i]['errors']['graph'].get('reason')}")
+            why = (
+                "captured and replayed on new inputs"
+                if ok
+                else (
+                    f"{label}: wrong output under CUDA-graph replay: "
+                    f"{run.results[i]['errors']['graph'].get('reason')}"
+                )
+            )
             run.check("cuda_graph", ok, why)
             if not ok:
                 run.fail("hack_suspected", why)
@@ -396,8 +498,10 @@ def _on_timed(run: _Run, msg: dict, root: Path, dinfo: dict, n_cands: int) -> No
         timed_ok.append(ok)
     if n_cands == 1:
         if not timed_ok[0]:
-            why = (f"{r['label']}: output produced while being timed is wrong: "
-                   f"{r['errors'].get('timed0', {}).get('reason', 'missing')}")
+            why = (
+                f"{r['label']}: output produced while being timed is wrong: "
+                f"{r['errors'].get('timed0', {}).get('reason', 'missing')}"
+            )
             run.check("timed_outputs", False, why)
             run.fail("hack_suspected", why)
         else:
@@ -407,8 +511,11 @@ def _on_timed(run: _Run, msg: dict, root: Path, dinfo: dict, n_cands: int) -> No
         r["retime"] = {}
         for c in range(n_cands):
             st = ms.get(f"candidate{c}") or {}
-            r["retime"][c] = {"median": _num(st.get("median")), "spread": _num(st.get("spread")),
-                              "passed": timed_ok[c] and _num(st.get("median")) is not None}
+            r["retime"][c] = {
+                "median": _num(st.get("median")),
+                "spread": _num(st.get("spread")),
+                "passed": timed_ok[c] and _num(st.get("median")) is not None,
+            }
         if not all(timed_ok):
             run.fail("hack_suspected", f"{r['label']}: outputs produced while re-timed are wrong")
 
@@ -425,10 +532,20 @@ def _place(run: _Run, r: dict, ms: dict, dinfo: dict) -> None:
     if cm is None or cm <= 0:
         run.fail("crashed", f"{r['label']}: no usable timing reported")
         return
-    cs, es, ks = _num(c.get("spread")) or 0.0, _num(e.get("spread")) or 0.0, _num(k.get("spread")) or 0.0
-    r.update(candidate_ms=cm, candidate_spread=cs, candidate_samples=c.get("n"),
-             eager_ms=em, eager_spread=es if em else None,
-             compiled_ms=km, compiled_spread=ks if km else None)
+    cs, es, ks = (
+        _num(c.get("spread")) or 0.0,
+        _num(e.get("spread")) or 0.0,
+        _num(k.get("spread")) or 0.0,
+    )
+    r.update(
+        candidate_ms=cm,
+        candidate_spread=cs,
+        candidate_samples=c.get("n"),
+        eager_ms=em,
+        eager_spread=es if em else None,
+        compiled_ms=km,
+        compiled_spread=ks if km else None,
+    )
     r["speedup_eager"] = em / cm if em else None
     r["speedup_compiled"] = km / cm if km else None
     r["win_eager"] = bool(em and em / cm > 1 + cs + es)
@@ -439,9 +556,11 @@ def _place(run: _Run, r: dict, ms: dict, dinfo: dict) -> None:
         pl = roofline.place(cm, run.problem.flops(shape), run.problem.bytes(shape, run.dtype), ceil)
         r.update(pl)
         if pl["beyond_roofline"]:
-            why = (f"{r['label']}: {cm * 1e3:.1f} us is faster than the roofline floor "
-                   f"{pl['floor_ms'] * 1e3:.1f} us allows ({pl['roofline_fraction']:.2f}x): work skipped "
-                   "or timing defeated")
+            why = (
+                f"{r['label']}: {cm * 1e3:.1f} us is faster than the roofline floor "
+                f"{pl['floor_ms'] * 1e3:.1f} us allows ({pl['roofline_fraction']:.2f}x): "
+                "work skipped or timing defeated"
+            )
             run.check("roofline", False, why)
             run.fail("hack_suspected", why)
         else:
@@ -487,7 +606,9 @@ def _report(run: _Run, problem, dinfo, dtype, tier, started, sources) -> dict:
     summary = {
         "shapes": len(shapes),
         "shapes_passed": sum(1 for s in shapes if s.get("passed")),
-        "geomean_ms": _geomean([s["candidate_ms"] for s in timed]) if len(timed) == len(shapes) else None,
+        "geomean_ms": _geomean([s["candidate_ms"] for s in timed])
+        if len(timed) == len(shapes)
+        else None,
         "geomean_speedup_eager": _geomean(se) if se and len(se) == len(shapes) else None,
         "geomean_speedup_compiled": _geomean(sc) if sc and len(sc) == len(shapes) else None,
         "min_speedup_eager": min(se) if se else None,

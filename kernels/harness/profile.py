@@ -45,20 +45,43 @@ def parse_ncu_csv(text: str) -> list[dict]:
     return list(rows.values())
 
 
-def profile(problem: problems.Problem, source: str, *, tier: str = "smoke",
-            timeout_s: float | None = None) -> dict:
+def profile(
+    problem: problems.Problem, source: str, *, tier: str = "smoke", timeout_s: float | None = None
+) -> dict:
     ncu = shutil.which("ncu")
     if not ncu:
         raise ProfileError("ncu (Nsight Compute) is not on PATH")
     report = ev.evaluate(problem, source, device="cuda", tier=tier, timeout_s=timeout_s)
     if report["verdict"] != "accepted":
         return report
-    wrapper = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "autoweb_profile/",
-               "--metrics", ",".join(METRICS), "--csv", "--target-processes", "all"]
+    wrapper = [
+        ncu,
+        "--clock-control",
+        "none",
+        "--nvtx",
+        "--nvtx-include",
+        "autoweb_profile/",
+        "--metrics",
+        ",".join(METRICS),
+        "--csv",
+        "--target-processes",
+        "all",
+    ]
     prof = ev._evaluate(
-        problem, [source], device="cuda", tier=tier, shapes=None, timeout_s=timeout_s,
-        on_event=None, pool=None, budget_s=0.0, baselines_compiled=False,
-        skip_static_checks=False, verify=False, wrapper=wrapper, extra={"profile": True},
+        problem,
+        [source],
+        device="cuda",
+        tier=tier,
+        shapes=None,
+        timeout_s=timeout_s,
+        on_event=None,
+        pool=None,
+        budget_s=0.0,
+        baselines_compiled=False,
+        skip_static_checks=False,
+        verify=False,
+        wrapper=wrapper,
+        extra={"profile": True},
     )
     log = prof.get("notes", [])
     text = ""

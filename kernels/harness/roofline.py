@@ -22,7 +22,9 @@ def place(ms: float, flops: float, nbytes: float, ceilings: dict) -> dict:
     else:
         bound = "memory"
     fraction = floor / t if t > 0 else float("inf")
-    limit = HACK_FACTOR_DRAM if nbytes > 2 * ceilings.get("l2_bytes", 50 << 20) else HACK_FACTOR_CACHED
+    limit = (
+        HACK_FACTOR_DRAM if nbytes > 2 * ceilings.get("l2_bytes", 50 << 20) else HACK_FACTOR_CACHED
+    )
     return {
         "gbps": nbytes / t / 1e9 if t > 0 else None,
         "tflops": flops / t / 1e12 if t > 0 else None,

@@ -38,13 +38,21 @@ DEFAULT_FILE_BYTES = 8 << 30
 GRACE_S = 5.0
 
 _BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from kernels.harness.runner import main; main()"
+    "import sys; sys.path.insert(0, sys.argv[1]); from kernels.harness.runner import main; main()"
 )
 _PASS_ENV = (
-    "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
-    "TRITON_LIBCUDA_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "NVIDIA_VISIBLE_DEVICES",
-    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+    "CUDA_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "TRITON_PTXAS_PATH",
+    "TRITON_LIBCUDA_PATH",
+    "TRITON_CUOBJDUMP_PATH",
+    "TRITON_NVDISASM_PATH",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
 )
 
 

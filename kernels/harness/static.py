@@ -12,73 +12,239 @@ from dataclasses import dataclass, field
 
 MAX_SOURCE_BYTES = 256 * 1024
 
-ALLOWED_IMPORTS = ("torch", "triton", "triton.language", "math", "functools", "typing", "__future__")
+ALLOWED_IMPORTS = (
+    "torch",
+    "triton",
+    "triton.language",
+    "math",
+    "functools",
+    "typing",
+    "__future__",
+)
 # Submodules of triton.language (libdevice fast math lives in triton.language.extra).
 ALLOWED_IMPORT_PREFIXES = ("triton.language.",)
 
 FORBIDDEN_BUILTINS = frozenset(
     {
-        "eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars",
-        "getattr", "setattr", "delattr", "input", "breakpoint", "memoryview", "exit",
-        "quit", "help", "object", "type", "super", "classmethod", "staticmethod",
+        "eval",
+        "exec",
+        "compile",
+        "open",
+        "__import__",
+        "globals",
+        "locals",
+        "vars",
+        "getattr",
+        "setattr",
+        "delattr",
+        "input",
+        "breakpoint",
+        "memoryview",
+        "exit",
+        "quit",
+        "help",
+        "object",
+        "type",
+        "super",
+        "classmethod",
+        "staticmethod",
         "property",
     }
 )
 # Frame, code and generator internals reach the harness's own objects.
 FORBIDDEN_ATTRS = frozenset(
     {
-        "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "gi_frame", "gi_code",
-        "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame", "tb_next", "co_code",
-        "co_consts", "func_globals", "data", "grad", "set_", "untyped_storage", "storage",
+        "f_globals",
+        "f_locals",
+        "f_back",
+        "f_builtins",
+        "f_code",
+        "gi_frame",
+        "gi_code",
+        "cr_frame",
+        "cr_code",
+        "ag_frame",
+        "ag_code",
+        "tb_frame",
+        "tb_next",
+        "co_code",
+        "co_consts",
+        "func_globals",
+        "data",
+        "grad",
+        "set_",
+        "untyped_storage",
+        "storage",
         # modules that allowed modules happen to import (torch.os, typing.sys, ...)
-        "os", "sys", "subprocess", "ctypes", "inspect", "gc", "threading", "importlib",
-        "builtins", "io", "shutil", "socket", "pickle", "multiprocessing", "signal",
-        "platform", "glob", "pathlib", "tempfile", "types", "weakref", "traceback",
-        "warnings", "contextlib", "atexit", "resource", "select", "mmap", "marshal", "code",
-        "pty", "runpy", "sysconfig", "linecache", "tokenize", "dis", "copyreg", "pkgutil",
-        "environ", "system", "popen", "spawn", "fork", "execv", "dlopen", "CDLL", "cdll",
-        "cudart", "Path", "concurrent", "asyncio", "urllib", "http", "requests",
+        "os",
+        "sys",
+        "subprocess",
+        "ctypes",
+        "inspect",
+        "gc",
+        "threading",
+        "importlib",
+        "builtins",
+        "io",
+        "shutil",
+        "socket",
+        "pickle",
+        "multiprocessing",
+        "signal",
+        "platform",
+        "glob",
+        "pathlib",
+        "tempfile",
+        "types",
+        "weakref",
+        "traceback",
+        "warnings",
+        "contextlib",
+        "atexit",
+        "resource",
+        "select",
+        "mmap",
+        "marshal",
+        "code",
+        "pty",
+        "runpy",
+        "sysconfig",
+        "linecache",
+        "tokenize",
+        "dis",
+        "copyreg",
+        "pkgutil",
+        "environ",
+        "system",
+        "popen",
+        "spawn",
+        "fork",
+        "execv",
+        "dlopen",
+        "CDLL",
+        "cdll",
+        "cudart",
+        "Path",
+        "concurrent",
+        "asyncio",
+        "urllib",
+        "http",
+        "requests",
     }
 )
 # torch / triton namespaces that change global state, time things, launch work on other
 # streams, or reach compiled libraries by the back door.
 FORBIDDEN_TORCH_ATTRS = frozenset(
     {
-        "backends", "ops", "library", "overrides", "compile", "jit", "autograd", "utils",
-        "multiprocessing", "distributed", "Stream", "stream", "ExternalStream", "Event",
-        "set_stream", "current_stream", "default_stream", "synchronize", "graph",
-        "graphs", "CUDAGraph", "make_graphed_callables", "testing", "profiler", "random",
-        "manual_seed", "seed", "hub", "fx", "export", "package", "cpp_extension",
-        "load_inline", "Generator", "memory", "empty_cache", "caching_allocator_alloc",
-        "mps", "xpu", "futures", "classes", "load", "save", "from_file", "hub",
+        "backends",
+        "ops",
+        "library",
+        "overrides",
+        "compile",
+        "jit",
+        "autograd",
+        "utils",
+        "multiprocessing",
+        "distributed",
+        "Stream",
+        "stream",
+        "ExternalStream",
+        "Event",
+        "set_stream",
+        "current_stream",
+        "default_stream",
+        "synchronize",
+        "graph",
+        "graphs",
+        "CUDAGraph",
+        "make_graphed_callables",
+        "testing",
+        "profiler",
+        "random",
+        "manual_seed",
+        "seed",
+        "hub",
+        "fx",
+        "export",
+        "package",
+        "cpp_extension",
+        "load_inline",
+        "Generator",
+        "memory",
+        "empty_cache",
+        "caching_allocator_alloc",
+        "mps",
+        "xpu",
+        "futures",
+        "classes",
+        "load",
+        "save",
+        "from_file",
     }
 )
 FORBIDDEN_TRITON_ATTRS = frozenset(
-    {"testing", "runtime", "compiler", "knobs", "autotune", "compile", "backends", "tools",
-     "profiler", "Config"}
+    {
+        "testing",
+        "runtime",
+        "compiler",
+        "knobs",
+        "autotune",
+        "compile",
+        "backends",
+        "tools",
+        "profiler",
+        "Config",
+    }
 )
 
 PROHIBITIONS: list[tuple[str, str]] = [
-    ("imports", "Import only torch, triton, triton.language, math, functools, typing and "
-     "__future__. No os, sys, subprocess, ctypes, inspect, gc, threading, time, numpy."),
-    ("builtins", "No eval, exec, compile, open, __import__, globals, locals, vars, getattr, "
-     "setattr, delattr, input, breakpoint, type, object, super."),
-    ("private", "No private or dunder attributes (anything starting with '_'), no frame or "
-     "code objects, no .data / .grad / .storage."),
-    ("monkeypatch", "Never assign to or delete attributes of torch, triton, math or any "
-     "imported module: monkeypatching timers, torch, triton or the harness is rejected."),
-    ("library", "Compute in Triton kernels. Calling torch compute ops (matmul, softmax, "
-     "exp, arithmetic on tensors, torch.nn.functional ...) is library fallback and is "
-     "rejected. Allocation (torch.empty*), views, .contiguous() and copies are fine."),
-    ("streams", "No streams, events, synchronisation, CUDA graphs, torch.compile, "
-     "triton.autotune, triton.testing or global settings (torch.backends, set_*)."),
-    ("output", "Return a new plain torch.Tensor of the reference's shape, dtype and device; "
-     "never an input, a view of one, or a buffer reused across calls; never write inputs."),
-    ("honesty", "Compute every element for every shape: no caching results across calls, "
-     "no shape-specific shortcuts, no detecting the benchmark. Outputs produced while "
-     "being timed and under CUDA-graph replay are verified too."),
-    ("precision", "Keep the problem's precision: accumulate in fp32; a downgrade past the "
-     "tolerance is incorrect."),
+    (
+        "imports",
+        "Import only torch, triton, triton.language, math, functools, typing and "
+        "__future__. No os, sys, subprocess, ctypes, inspect, gc, threading, time, numpy.",
+    ),
+    (
+        "builtins",
+        "No eval, exec, compile, open, __import__, globals, locals, vars, getattr, "
+        "setattr, delattr, input, breakpoint, type, object, super.",
+    ),
+    (
+        "private",
+        "No private or dunder attributes (anything starting with '_'), no frame or "
+        "code objects, no .data / .grad / .storage.",
+    ),
+    (
+        "monkeypatch",
+        "Never assign to or delete attributes of torch, triton, math or any "
+        "imported module: monkeypatching timers, torch, triton or the harness is rejected.",
+    ),
+    (
+        "library",
+        "Compute in Triton kernels. Calling torch compute ops (matmul, softmax, "
+        "exp, arithmetic on tensors, torch.nn.functional ...) is library fallback and is "
+        "rejected. Allocation (torch.empty*), views, .contiguous() and copies are fine.",
+    ),
+    (
+        "streams",
+        "No streams, events, synchronisation, CUDA graphs, torch.compile, "
+        "triton.autotune, triton.testing or global settings (torch.backends, set_*).",
+    ),
+    (
+        "output",
+        "Return a new plain torch.Tensor of the reference's shape, dtype and device; "
+        "never an input, a view of one, or a buffer reused across calls; never write inputs.",
+    ),
+    (
+        "honesty",
+        "Compute every element for every shape: no caching results across calls, "
+        "no shape-specific shortcuts, no detecting the benchmark. Outputs produced while "
+        "being timed and under CUDA-graph replay are verified too.",
+    ),
+    (
+        "precision",
+        "Keep the problem's precision: accumulate in fp32; a downgrade past the "
+        "tolerance is incorrect.",
+    ),
 ]
 
 
@@ -150,9 +316,11 @@ class _Visitor(ast.NodeVisitor):
                 self._bad(node, f"importing private name {alias.name!r} is not allowed")
             elif mod != "__future__":
                 full = f"{mod}.{alias.name}"
-                if self._forbidden(mod.split(".")[0], alias.name) or (
-                    mod.startswith("torch") and alias.name in FORBIDDEN_TORCH_ATTRS
-                ) or (mod.startswith("triton") and alias.name in FORBIDDEN_TRITON_ATTRS):
+                if (
+                    self._forbidden(mod.split(".")[0], alias.name)
+                    or (mod.startswith("torch") and alias.name in FORBIDDEN_TORCH_ATTRS)
+                    or (mod.startswith("triton") and alias.name in FORBIDDEN_TRITON_ATTRS)
+                ):
                     self._bad(node, f"{full} is not allowed")
                 self.module_names[alias.asname or alias.name] = full
         self.generic_visit(node)
@@ -209,9 +377,7 @@ def check_source(source: str, arg_names: tuple[str, ...]) -> StaticResult:
     except SyntaxError as e:
         return StaticResult("compile_error", [f"syntax error at line {e.lineno}: {e.msg}"])
 
-    kernels = [
-        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel"
-    ]
+    kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel"]
     if not kernels:
         return StaticResult("malformed", ["no top-level `def kernel(...)`"])
     if len(kernels) > 1:
@@ -225,8 +391,10 @@ def check_source(source: str, arg_names: tuple[str, ...]) -> StaticResult:
     if not (n_required <= len(arg_names) <= len(params)):
         return StaticResult(
             "malformed",
-            [f"kernel({', '.join(params)}) does not match the problem's "
-             f"signature kernel({', '.join(arg_names)})"],
+            [
+                f"kernel({', '.join(params)}) does not match the problem's "
+                f"signature kernel({', '.join(arg_names)})"
+            ],
         )
 
     v = _Visitor()

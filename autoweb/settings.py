@@ -1,0 +1,132 @@
+"""autoweb settings, all from environment variables (see autoweb/env.py for the parsers).
+
+Local defaults need nothing set: DEBUG on, SQLite under var/, Redis on 127.0.0.1:6379.
+A deployment sets DEBUG=0, SECRET_KEY, ALLOWED_HOSTS and usually DATABASE_URL.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from autoweb.env import envbool, envint, envlist, envstr, parse_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+# --- core -------------------------------------------------------------------------------------
+
+DEBUG = envbool("DEBUG", True)
+SECRET_KEY = envstr("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+    SECRET_KEY = "django-insecure-autoweb-local-development-only"
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",  # first: its runserver serves http and websockets
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "searches",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "autoweb.urls"
+WSGI_APPLICATION = "autoweb.wsgi.application"
+ASGI_APPLICATION = "autoweb.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "searches:dashboard"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- database ---------------------------------------------------------------------------------
+
+DATABASES = {
+    "default": parse_database_url(envstr("DATABASE_URL", "sqlite:///var/db.sqlite3"), BASE_DIR)
+}
+_db_name = DATABASES["default"]["NAME"]
+if DATABASES["default"]["ENGINE"].endswith("sqlite3") and _db_name != ":memory:":
+    Path(_db_name).parent.mkdir(parents=True, exist_ok=True)
+
+# --- Redis / RQ -------------------------------------------------------------------------------
+
+REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# --- channels ---------------------------------------------------------------------------------
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+
+# --- LLM --------------------------------------------------------------------------------------
+# From the environment only, never logged or rendered. (Django's debug pages already mask any
+# setting whose name contains KEY.) Empty base URL: the openai client's default endpoint.
+
+OPENAI_BASE_URL = envstr("OPENAI_BASE_URL")
+OPENAI_API_KEY = envstr("OPENAI_API_KEY")
+AUTOWEB_DEFAULT_MODEL = envstr("AUTOWEB_DEFAULT_MODEL")
+
+# --- kernels ----------------------------------------------------------------------------------
+# kernels/ is Django-free and reads AUTOWEB_PROBLEM_DIRS itself (a GPU host runs it without
+# Django); it is parsed here too so that a missing directory stops the web app at startup.
+
+AUTOWEB_PROBLEM_DIRS = envlist("AUTOWEB_PROBLEM_DIRS", [], sep=os.pathsep)
+for _dir in AUTOWEB_PROBLEM_DIRS:
+    if not Path(_dir).expanduser().is_dir():
+        raise ImproperlyConfigured(f"AUTOWEB_PROBLEM_DIRS names {_dir!r}, which is not a directory")
+AUTOWEB_SANDBOX_TIMEOUT_S = envint("AUTOWEB_SANDBOX_TIMEOUT_S", 300, minimum=1)

@@ -1,0 +1,1 @@
+"""Admin registrations; the models they register arrive with the web issue."""

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class SearchesConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "searches"
+    verbose_name = "Searches"

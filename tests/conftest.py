@@ -1,0 +1,19 @@
+"""Suite-wide hooks. Django is configured by pytest-django from pyproject.toml
+(DJANGO_SETTINGS_MODULE); setting DATABASE_URL switches the test database to PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    import torch  # only when a gpu test was collected: importing torch costs seconds
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in gpu_items:
+        item.add_marker(skip)
