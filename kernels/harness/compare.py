@@ -4,64 +4,88 @@ from __future__ import annotations
 
 import torch
 
+CHUNK = 1 << 25  # elements per pass: bounds the comparison's temporary memory (~1 GiB)
+
 
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict:
     """Elementwise |out-ref| <= atol*rms(ref) + rtol*|ref|, rel-L2 <= l2, non-finite must match.
 
     atol is scaled by the reference's RMS so one tolerance works for outputs of any magnitude;
     the elementwise bound catches skipped rows or tails, the L2 bound a systematic precision
-    downgrade.
+    downgrade. Works in chunks so a 65536 x 4096 output does not need gigabytes of temporaries.
     """
     if tuple(out.shape) != tuple(ref.shape):
         return {
             "passed": False,
             "reason": f"shape {list(out.shape)} != reference {list(ref.shape)}",
         }
-    o = out.to(ref.device, torch.float64)
-    r = ref
-    fin_r = torch.isfinite(r)
-    fin_o = torch.isfinite(o)
-    both = fin_r & fin_o
-    nonfinite_bad = (fin_r != fin_o) | (~fin_r & ~fin_o & ~((o == r) | (o.isnan() & r.isnan())))
-    rf = torch.where(fin_r, r, torch.zeros_like(r))
-    of = torch.where(both, o, rf)
-    diff = (of - rf).abs()
-    n = max(int(fin_r.sum()), 1)
-    rms = float((rf.square().sum() / n).sqrt())
-    bound = tol["atol"] * rms + tol["rtol"] * rf.abs()
-    bad = (diff > bound) | nonfinite_bad
-    n_bad = int(bad.sum())
-    ref_norm = float(rf.norm())
-    rel_l2 = (
-        float((of - rf).norm()) / ref_norm
-        if ref_norm > 0
-        else float(diff.max() if diff.numel() else 0.0)
-    )
+    o_flat = out.reshape(-1)
+    r_flat = ref.reshape(-1)
+    n = r_flat.numel()
+    row_len = max(1, n // max(out.shape[0], 1)) if out.dim() > 1 else 1
+
+    ref_sq, n_fin = 0.0, 0
+    for s in range(0, n, CHUNK):
+        r = r_flat[s : s + CHUNK]
+        fin = torch.isfinite(r)
+        n_fin += int(fin.sum())
+        ref_sq += float(torch.where(fin, r, torch.zeros_like(r)).square().sum())
+    rms = (ref_sq / max(n_fin, 1)) ** 0.5
+    atol = tol["atol"] * rms
+
+    n_bad = n_nonfinite = 0
+    diff_sq, max_abs = 0.0, 0.0
+    first_bad: int | None = None
+    bad_rows: set[int] = set()
+    for s in range(0, n, CHUNK):
+        r = r_flat[s : s + CHUNK]
+        o = o_flat[s : s + CHUNK].to(r.device, torch.float64)
+        fin_r = torch.isfinite(r)
+        fin_o = torch.isfinite(o)
+        nonfinite_bad = (fin_r != fin_o) | (
+            ~fin_r & ~fin_o & ~((o == r) | (o.isnan() & r.isnan()))
+        )
+        rf = torch.where(fin_r, r, torch.zeros_like(r))
+        of = torch.where(fin_r & fin_o, o, rf)
+        d = (of - rf).abs()
+        bad = (d > atol + tol["rtol"] * rf.abs()) | nonfinite_bad
+        k = int(bad.sum())
+        if k:
+            idx = torch.nonzero(bad).flatten()
+            if first_bad is None:
+                first_bad = s + int(idx[0])
+            if len(bad_rows) < 1_000_000:
+                bad_rows.update(((idx + s) // row_len).unique().tolist())
+        n_bad += k
+        n_nonfinite += int(nonfinite_bad.sum())
+        diff_sq += float(d.square().sum())
+        if d.numel():
+            max_abs = max(max_abs, float(d.max()))
+        del o, rf, of, d, bad, fin_o, fin_r, nonfinite_bad
+
+    ref_norm = ref_sq**0.5
+    rel_l2 = diff_sq**0.5 / ref_norm if ref_norm > 0 else max_abs
     res = {
-        "max_abs_err": float(diff.max()) if diff.numel() else 0.0,
+        "max_abs_err": max_abs,
         "rel_l2_err": rel_l2,
         "mismatched": n_bad,
-        "mismatched_fraction": n_bad / max(bad.numel(), 1),
-        "nonfinite_mismatched": int(nonfinite_bad.sum()),
+        "mismatched_fraction": n_bad / max(n, 1),
+        "nonfinite_mismatched": n_nonfinite,
         "ref_rms": rms,
         "tolerance": dict(tol),
     }
     passed = n_bad == 0 and rel_l2 <= tol["l2"]
     if not passed:
-        if n_bad:
-            idx = torch.nonzero(bad.reshape(bad.shape), as_tuple=False)[0].tolist()
+        if first_bad is not None:
+            idx = list(torch.unravel_index(torch.tensor(first_bad), tuple(out.shape)))
+            idx = [int(i) for i in idx]
             res["first_bad_index"] = idx
-            res["first_bad"] = {"got": float(o[tuple(idx)]), "want": float(r[tuple(idx)])}
-            rows = bad.reshape(bad.shape[0], -1).any(dim=1) if bad.dim() > 1 else bad
-            res["bad_rows"] = int(rows.sum())
+            res["first_bad"] = {"got": float(out[tuple(idx)]), "want": float(ref[tuple(idx)])}
+            res["bad_rows"] = len(bad_rows)
         res["reason"] = (
-            f"{n_bad} of {bad.numel()} elements outside tolerance"
-            + (
-                f" ({res['nonfinite_mismatched']} NaN/Inf mismatches)"
-                if res["nonfinite_mismatched"]
-                else ""
-            )
-            + f", max abs err {res['max_abs_err']:.3g}, rel L2 {rel_l2:.3g} (limit {tol['l2']:g})"
+            f"{n_bad} of {n} elements outside tolerance"
+            + (f" ({n_nonfinite} NaN/Inf mismatches)" if n_nonfinite else "")
+            + f", max abs err {max_abs:.3g}, rel L2 {rel_l2:.3g} (limit {tol['l2']:g})"
         )
     res["passed"] = passed
     return res

@@ -99,6 +99,7 @@ class _Run:
         self.failures: list[tuple[str, str]] = []
         self.checks: dict[str, dict] = {}
         self.notes: list[str] = []
+        self.timeline: list[tuple[str, float]] = []
 
     def fail(self, category: str, reason: str) -> None:
         self.failures.append((category, reason))
@@ -128,6 +129,11 @@ class _Run:
         self.results[i]["errors"][tag] = res
         with contextlib.suppress(OSError):
             Path(meta["file"]).unlink()
+        del out
+        if self.pdev == "cuda":
+            # Freed blocks stay in this process's cache unless returned: on a shared GPU they
+            # would starve the next candidate's process.
+            torch.cuda.empty_cache()
         return res["passed"]
 
 
@@ -300,9 +306,11 @@ def _evaluate(
         deadline = time.monotonic() + (timeout_s or DEFAULT_TIMEOUT_S)
         out_root = child.dir / "out"
         done = False
+        t_start = time.monotonic()
         while not done:
             msg = child.next(deadline)
             t = msg["t"]
+            run.timeline.append((msg.get("phase") or t, round(time.monotonic() - t_start, 3)))
             if t == "progress":
                 ev = {"phase": msg.get("phase")}
                 if isinstance(msg.get("i"), int):
@@ -374,6 +382,9 @@ def _evaluate(
         if lock is not None:
             lock.release()
         child.close()
+    run._oracles.clear()
+    if run.pdev == "cuda":
+        torch.cuda.empty_cache()
     report = _report(run, problem, dinfo, dtype, tier, started, sources)
     report["sandbox_dir"] = str(child.dir)
     report["sandbox"] = {
@@ -384,11 +395,7 @@ def _evaluate(
 
 
 def _gpu_key() -> str:
-    props = torch.cuda.get_device_properties(0)
-    return (
-        str(getattr(props, "uuid", ""))
-        or f"{props.name}-{os.environ.get('CUDA_VISIBLE_DEVICES', '0')}"
-    )
+    return sandbox.gpu_key()
 
 
 def _on_verified(run: _Run, msg: dict, root: Path) -> None:
@@ -450,10 +457,17 @@ def _on_verified(run: _Run, msg: dict, root: Path) -> None:
         ("inputs_unchanged", "inputs bitwise unchanged"),
     ):
         run.check(name, True, detail)
-    if run.dev == "cuda":
+    if run.dev == "cuda" and run.results[i].get("passed") is False:
+        # Already wrong in a plain call: replay and timing checks would only repeat that.
+        run.check("cuda_graph", None, f"{label}: not checked, the plain call is already wrong")
+    elif run.dev == "cuda":
         if not any("stream" in p for p in probs):
             run.check("side_streams", True, "output final when the calling stream finished")
-        if facts.get("graph_error"):
+        if facts.get("graph_error") and "out of memory" in facts["graph_error"].lower():
+            why = f"{label}: out of memory during CUDA-graph capture: {facts['graph_error']}"
+            run.check("cuda_graph", False, why)
+            run.fail("crashed", why)
+        elif facts.get("graph_error"):
             why = f"{label}: breaks CUDA-graph capture: {facts['graph_error']}"
             run.check("cuda_graph", False, why)
             run.fail("hack_suspected", why)
@@ -633,4 +647,13 @@ def _report(run: _Run, problem, dinfo, dtype, tier, started, sources) -> dict:
         "shapes": shapes,
         "summary": summary,
         "notes": [n for n in run.notes if n][:50],
+        "timeline": _timeline(run.timeline),
     }
+
+
+def _timeline(events: list[tuple[str, float]]) -> dict[str, float]:
+    """Seconds from handing the spec to the child until each phase first began."""
+    out: dict[str, float] = {}
+    for name, t in events:
+        out.setdefault(name, t)
+    return out

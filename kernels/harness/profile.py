@@ -12,7 +12,7 @@ import io
 import shutil
 
 from kernels import problems
-from kernels.harness import evaluate as ev
+from kernels.harness.evaluate import _evaluate, evaluate
 
 METRICS = {
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
@@ -51,7 +51,7 @@ def profile(
     ncu = shutil.which("ncu")
     if not ncu:
         raise ProfileError("ncu (Nsight Compute) is not on PATH")
-    report = ev.evaluate(problem, source, device="cuda", tier=tier, timeout_s=timeout_s)
+    report = evaluate(problem, source, device="cuda", tier=tier, timeout_s=timeout_s)
     if report["verdict"] != "accepted":
         return report
     wrapper = [
@@ -67,7 +67,7 @@ def profile(
         "--target-processes",
         "all",
     ]
-    prof = ev._evaluate(
+    prof = _evaluate(
         problem,
         [source],
         device="cuda",

@@ -60,8 +60,15 @@ def main() -> None:
 
     device = os.environ.get("AUTOWEB_DEVICE", "cpu")
     if device == "cuda":
-        torch.cuda.init()
-        torch.empty(1, device="cuda")
+        # Creating a CUDA context disturbs a kernel being timed in another process: take the
+        # GPU's lock shared, as verification does, so it waits while anyone is timing.
+        import fcntl
+
+        with open(os.environ["AUTOWEB_GPU_LOCK"], "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+            torch.cuda.synchronize()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     send(t="ready", pid=os.getpid())

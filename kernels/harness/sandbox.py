@@ -117,6 +117,8 @@ class Child:
             "AUTOWEB_LIMIT_FSIZE": str(DEFAULT_FILE_BYTES),
             "AUTOWEB_LIMIT_NOFILE": "4096",
         }
+        if device == "cuda":
+            env["AUTOWEB_GPU_LOCK"] = str(GpuLock(gpu_key()).path)
         for k in _PASS_ENV:
             if k in os.environ:
                 env[k] = os.environ[k]
@@ -269,6 +271,15 @@ class Pool:
             self.size = 0
         for c in idle:
             c.close()
+
+
+def gpu_key() -> str:
+    """Names the visible GPU for the timing lock (its UUID when torch reports one)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    uuid = str(getattr(props, "uuid", ""))
+    return uuid or f"{props.name}-{os.environ.get('CUDA_VISIBLE_DEVICES', '0')}"
 
 
 class GpuLock:

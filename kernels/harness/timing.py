@@ -15,11 +15,15 @@ import time
 from collections.abc import Callable, Sequence
 
 import torch
+import triton
+import triton.language as tl
 
 GRAPH_THRESHOLD_MS = 0.05
 MIN_SAMPLES = 25
 MAX_SAMPLES = 200
 GRAPH_REPS = 20
+WARMUP_S = 0.05
+SLEEP_CYCLES = 200_000  # ~100 us at H100/H200 clocks
 
 
 def stats(samples: Sequence[float]) -> dict:
@@ -38,6 +42,60 @@ def stats(samples: Sequence[float]) -> dict:
     }
 
 
+@triton.jit
+def _gate_kernel(flag_ptr, max_spins):
+    # Spin on a host-pinned flag: the GPU waits here until the host has queued the whole
+    # timed region, so host-side jitter (Python, a busy CPU) never lands between the events.
+    i = 0
+    while (tl.load(flag_ptr, volatile=True) == 0) & (i < max_spins):
+        i += 1
+
+
+class Gate:
+    """Blocks the stream until `open()`; falls back to a fixed spin when unavailable."""
+
+    MAX_SPINS = 2_000_000
+
+    def __init__(self) -> None:
+        self.flag = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        self.ok = False
+        try:
+            self.flag.fill_(1)
+            _gate_kernel[(1,)](self.flag, 10)
+            torch.cuda.synchronize()
+            self.flag.fill_(0)
+            t0 = time.perf_counter()
+            _gate_kernel[(1,)](self.flag, self.MAX_SPINS)
+            time.sleep(0.002)
+            self.flag.fill_(1)
+            torch.cuda.synchronize()
+            self.ok = time.perf_counter() - t0 < 0.5
+        except Exception:
+            torch.cuda.synchronize()
+            self.ok = False
+
+    def close(self) -> None:
+        if self.ok:
+            self.flag.fill_(0)
+            _gate_kernel[(1,)](self.flag, self.MAX_SPINS)
+        else:
+            torch.cuda._sleep(SLEEP_CYCLES)
+
+    def open(self) -> None:
+        if self.ok:
+            self.flag.fill_(1)
+
+
+_gate: Gate | None = None
+
+
+def gate() -> Gate:
+    global _gate
+    if _gate is None:
+        _gate = Gate()
+    return _gate
+
+
 class L2Flusher:
     def __init__(self, l2_bytes: int, device: str) -> None:
         n = max(2 * l2_bytes, 64 << 20) // 4
@@ -51,11 +109,15 @@ def _event_sample(fn: Callable[[], object], flush: L2Flusher) -> Callable[[], ob
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
 
+    g = gate()
+
     def sample():
         flush()
+        g.close()
         start.record()
         fn()
         end.record()
+        g.open()
         return start, end
 
     return sample
@@ -98,6 +160,13 @@ def interleaved(
     """Take samples from each sampler in shuffled order each round until budget or MAX."""
     names = list(samplers)
     samples: dict[str, list[float]] = {n: [] for n in names}
+    # Warm up by time, not count: clocks ramp from idle and a few microsecond-long calls
+    # would be timed at the low clock.
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < WARMUP_S:
+        for n in names:
+            samplers[n]()
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     while True:
         order = names[:]
@@ -115,11 +184,14 @@ def interleaved(
 def graph_sampler(graph) -> Callable[[], tuple]:
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
+    g = gate()
 
     def sample():
+        g.close()
         start.record()
         graph.replay()
         end.record()
+        g.open()
         return start, end
 
     return sample

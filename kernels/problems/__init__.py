@@ -9,14 +9,14 @@ Module contract (see docs/problems.md):
 
     SIGNATURE: str                      # "kernel(x, weight)"
     DESCRIPTION: str
-    def reference(*inputs) -> Tensor    # pure PyTorch; the eager baseline (torch.compile'd for the other)
+    def reference(*inputs) -> Tensor    # pure PyTorch: the eager baseline, and torch.compile'd
     def make_inputs(shape, dtype, device, generator) -> tuple[Tensor, ...]
     SHAPES_FULL: list[dict[str, int]]   # GPU sweep
     SHAPES_SMOKE: list[dict[str, int]]  # CPU interpreter sweep
     DTYPES: dict[str, torch.dtype]      # {"cuda": torch.bfloat16, "interpret": torch.float32}
-    TOLERANCE: dict[torch.dtype, dict]  # {"atol": .., "rtol": .., "l2": ..}; atol is relative to rms(ref)
+    TOLERANCE: dict[torch.dtype, dict]  # {"atol", "rtol", "l2"}; atol is relative to rms(ref)
     def flops(shape) -> float
-    def bytes(shape, dtype) -> float    # minimum DRAM traffic: each input read once, output written once
+    def bytes(shape, dtype) -> float    # minimum DRAM traffic: inputs read once, output written
     def oracle(*inputs_fp64) -> Tensor  # optional; defaults to reference on float64 inputs
 """
 

@@ -1,4 +1,4 @@
-"""Causal scaled-dot-product attention: q, k, v [B, H, S, D] -> softmax(q k^T / sqrt(D) + causal) v."""
+"""Causal attention: q, k, v [B, H, S, D] -> softmax(q k^T / sqrt(D) + causal mask) v."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ DESCRIPTION = (
 )
 
 # Prefill attention of 7B-70B-class models, head dims 128 and 64, S from 512 to 32768 with B*H
-# reduced as S grows (q, k, v, out stay <= ~0.3 GB each); S = 1500 and 3000 divide no tile.
+# reduced as S grows (q, k, v, out stay <= 64 MiB each); S = 1500 and 3000 divide no tile.
 SHAPES_FULL = [
     {"B": 8, "H": 32, "S": 512, "D": 128},
     {"B": 4, "H": 32, "S": 1024, "D": 128},
@@ -38,18 +38,21 @@ SHAPES_SMOKE = [
     {"B": 1, "H": 1, "S": 130, "D": 128},
 ]
 DTYPES = {"cuda": torch.bfloat16, "interpret": torch.float32}
-# bf16: output rounding plus the usual bf16 cast of P before P @ V stay well under 1e-2.
-# fp32: the interpreter's tl.dot is exact fp32, but exp2 of scaled scores leaves early (short)
-# rows up to ~2e-6 * rms(out) off, hence a 2e-5 elementwise bound (~9x headroom); the l2 bound
-# stays 1e-5 (fp32 kernels measure ~2.5e-7). tf32/fp16 (>= 1.4e-4) and bf16 math must fail.
+# bf16: a correct kernel (fp32 softmax, P rounded to bf16 for P @ V, like FlashAttention and
+# eager SDPA) has ~2e-3 absolute error in its first rows; on the H200 sweep that needs atol up to
+# ~1.2e-2 of rms(out) at S = 32768 (the same for SDPA, the seed and the tuned kernel): 2e-2.
+# fp32: the interpreter's tl.dot is exact, but exp2 of scores that reach ~12 leaves the output up
+# to ~6e-6 * rms(out) off (0.29 of a 2e-5 bound), hence 5e-5; l2 stays 1e-5 (fp32 kernels
+# measure <= 6e-7), which tf32/fp16 (>= 1.4e-4) and bf16 math fail by far.
 TOLERANCE = {
-    torch.bfloat16: {"atol": 1e-2, "rtol": 1e-2, "l2": 1e-2},
-    torch.float32: {"atol": 2e-5, "rtol": 2e-5, "l2": 1e-5},
+    torch.bfloat16: {"atol": 2e-2, "rtol": 1e-2, "l2": 1e-2},
+    torch.float32: {"atol": 5e-5, "rtol": 5e-5, "l2": 1e-5},
 }
 
 # Elements of one block of scores in the oracle: 2^25 float64 = 256 MiB, so the scores, their
 # exponentials and the mask stay well under ~1 GiB at S = 32768.
 _ORACLE_CHUNK = 1 << 25
+LOGIT_STD = 3.0
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -85,8 +88,14 @@ def oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def make_inputs(shape, dtype, device, generator):
     size = (shape["B"], shape["H"], shape["S"], shape["D"])
-    q = torch.randn(size, device=device, generator=generator)
-    k = torch.randn(size, device=device, generator=generator)
+    # Peaked rows, as trained heads have: q and k ~ N(0, LOGIT_STD) give q.k / sqrt(D) a std of
+    # LOGIT_STD, so a row attends to a few keys and the output keeps an O(1) size at every S.
+    # With unit q, k a row averages thousands of values and rms(out) shrinks like
+    # sqrt(log(S) / S) (0.03 at S = 32768), far below the ~2e-3 absolute noise a correct bf16
+    # kernel has in its first rows (P rounded to bf16): no atol relative to rms(out) would fit.
+    qk_std = LOGIT_STD**0.5
+    q = torch.randn(size, device=device, generator=generator) * qk_std
+    k = torch.randn(size, device=device, generator=generator) * qk_std
     v = torch.randn(size, device=device, generator=generator)
     return q.to(dtype), k.to(dtype), v.to(dtype)
 

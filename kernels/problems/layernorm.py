@@ -1,4 +1,4 @@
-"""LayerNorm over the last dimension: x [M, N], weight [N], bias [N]; eps = 1e-5, biased variance."""
+"""LayerNorm over the last dim: x [M, N], weight [N], bias [N]; eps = 1e-5, biased variance."""
 
 from __future__ import annotations
 

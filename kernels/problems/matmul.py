@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 SIGNATURE = "kernel(a, b)"
-DESCRIPTION = "a [M, K], b [K, N] (both row-major); c = a @ b, fp32 accumulation, output dtype = a.dtype."
+DESCRIPTION = (
+    "a [M, K], b [K, N] (both row-major); c = a @ b, fp32 accumulation, output dtype = a.dtype."
+)
 
 # Squares 1024..8192; LLM projections with K, N in {4096, 11008, 14336}: decode (M = 1, 16, 128)
 # and prefill (M = 4096..16384); odd sizes that divide no tile.

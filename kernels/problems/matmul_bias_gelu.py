@@ -1,4 +1,4 @@
-"""Linear layer with fused epilogue: gelu_tanh(a [M, K] @ b [K, N] + bias [N]); fp32 accumulation."""
+"""Linear + fused epilogue: gelu_tanh(a [M, K] @ b [K, N] + bias [N]), fp32 accumulation."""
 
 from __future__ import annotations
 
@@ -37,9 +37,12 @@ SHAPES_SMOKE = [
     {"M": 300, "N": 270, "K": 150},
 ]
 DTYPES = {"cuda": torch.bfloat16, "interpret": torch.float32}
-# As matmul: bf16 output rounding dominates; fp32 must reject tf32/fp16/bf16 inputs.
+# bf16: a fused fp32 epilogue is only the output's rounding off: 0.22-0.29 of this bound on the
+# H200 sweep. The eager reference rounds a @ b and a @ b + bias to bf16 before GELU: 0.49-0.76 of
+# this bound, 0.86-0.94 of an atol of 1e-2, hence 2e-2 (so unfused candidates pass too).
+# fp32: the interpreter's tl.dot is exact fp32 (~1e-7 off); tf32/fp16/bf16 inputs must fail.
 TOLERANCE = {
-    torch.bfloat16: {"atol": 1e-2, "rtol": 1e-2, "l2": 1e-2},
+    torch.bfloat16: {"atol": 2e-2, "rtol": 1e-2, "l2": 1e-2},
     torch.float32: {"atol": 1e-5, "rtol": 1e-5, "l2": 1e-5},
 }
 

@@ -1,4 +1,4 @@
-"""Rotary position embedding, rotate-half (NeoX / Llama) layout: x [B, S, H, D], cos/sin [S, D/2]."""
+"""Rotary position embedding, rotate-half (NeoX/Llama) layout: x [B, S, H, D], cos/sin [S, D/2]."""
 
 from __future__ import annotations
 
@@ -37,10 +37,13 @@ SHAPES_SMOKE = [
     {"B": 3, "S": 13, "H": 8, "D": 128},
 ]
 DTYPES = {"cuda": torch.bfloat16, "interpret": torch.float32}
-# bf16: the output's own rounding is <= 2^-9 relative; fp32: an fp32 kernel is ~1e-7 off, while
-# one computing in bf16/fp16 is >= 1e-4 off and must fail.
+# bf16: an fp32-math kernel is only the output's rounding off (<= 2^-9 relative): 0.26 of this
+# bound on the H200 sweep. The eager reference (bf16 math, as in HF transformers) rounds x1*cos
+# and x2*sin before they cancel, up to ~2^-9 * 2 * max|x| where out is near zero: 0.58-0.74 of
+# this bound, but 1.2-1.5x over an atol of 1e-2. fp32: an fp32 kernel is ~1e-7 off, while one
+# computing in bf16/fp16 is >= 1e-4 off and must fail.
 TOLERANCE = {
-    torch.bfloat16: {"atol": 1e-2, "rtol": 1e-2, "l2": 1e-2},
+    torch.bfloat16: {"atol": 2e-2, "rtol": 1e-2, "l2": 1e-2},
     torch.float32: {"atol": 1e-5, "rtol": 1e-5, "l2": 1e-5},
 }
 
@@ -57,9 +60,7 @@ def make_inputs(shape, dtype, device, generator):
     b, s, h, d = shape["B"], shape["S"], shape["H"], shape["D"]
     x = torch.randn(b, s, h, d, device=device, generator=generator)
     # Real rotary tables: angle = position * theta^(-2i/D), computed in fp32 as models do.
-    inv_freq = 1.0 / (
-        ROPE_THETA ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d)
-    )
+    inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
     pos = torch.arange(s, device=device, dtype=torch.float32)
     angles = pos[:, None] * inv_freq[None, :]
     return x.to(dtype), angles.cos().to(dtype), angles.sin().to(dtype)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 SIGNATURE = "kernel(a, b)"
-DESCRIPTION = "a, b [M, N] (same shape); y = silu(a) * b = a * sigmoid(a) * b; output dtype = a.dtype."
+DESCRIPTION = (
+    "a, b [M, N] (same shape); y = silu(a) * b = a * sigmoid(a) * b; output dtype = a.dtype."
+)
 
 # Tokens x MLP intermediate size: Llama-3-8B 14336, Llama-2-7B 11008, Llama-2-13B 13824,
 # Qwen2-7B 18944, Llama-70B 28672; decode batches; plus 65536 x 4096, 4096 x 32768 and N = 1000.

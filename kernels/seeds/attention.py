@@ -17,14 +17,29 @@ NUM_STAGES = 2  # tune: 1, 2, 3, 4
 
 @triton.jit
 def _attention_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr,
-    stride_qb, stride_qh, stride_qm,
-    stride_kb, stride_kh, stride_kn,
-    stride_vb, stride_vh, stride_vn,
-    stride_ob, stride_oh, stride_om,
-    n_heads, seq_len, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    n_heads,
+    seq_len,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     # read Q and write O once; K and V are re-read once per query block (the causal half)
     pid_m = tl.program_id(0)
@@ -53,7 +68,8 @@ def _attention_kernel(
         kv_in = cols < seq_len
         k = tl.load(
             k_base + cols[None, :] * stride_kn + offs_d[:, None],
-            mask=kv_in[None, :] & d_mask[:, None], other=0.0,
+            mask=kv_in[None, :] & d_mask[:, None],
+            other=0.0,
         )
         # scores in log2 units: qk_scale = log2(e) / sqrt(D), so exp2 gives the softmax weights
         s = tl.dot(q, k) * qk_scale
@@ -64,7 +80,8 @@ def _attention_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(
             v_base + cols[:, None] * stride_vn + offs_d[None, :],
-            mask=kv_in[:, None] & d_mask[None, :], other=0.0,
+            mask=kv_in[:, None] & d_mask[None, :],
+            other=0.0,
         )
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
@@ -72,7 +89,8 @@ def _attention_kernel(
     out = acc / l_i[:, None]
     tl.store(
         o_base + offs_m[:, None] * stride_om + offs_d[None, :],
-        out.to(o_ptr.dtype.element_ty), mask=q_mask,
+        out.to(o_ptr.dtype.element_ty),
+        mask=q_mask,
     )
 
 
@@ -85,14 +103,30 @@ def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     qk_scale = 1.4426950408889634 / math.sqrt(head_dim)  # log2(e) / sqrt(D)
     grid = (triton.cdiv(seq_len, BLOCK_M), batch * n_heads)
     _attention_kernel[grid](
-        q, k, v, o,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        o.stride(0), o.stride(1), o.stride(2),
-        n_heads, seq_len, qk_scale,
-        HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        q,
+        k,
+        v,
+        o,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        o.stride(0),
+        o.stride(1),
+        o.stride(2),
+        n_heads,
+        seq_len,
+        qk_scale,
+        HEAD_DIM=head_dim,
+        BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES,
     )
     return o

@@ -52,7 +52,15 @@ def kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
     n_rows, n_cols = x.shape
     y = torch.empty_like(x)
     _layernorm_kernel[(n_rows,)](
-        x, weight, bias, y, x.stride(0), y.stride(0), n_cols, EPS,
-        BLOCK_N=BLOCK_N, num_warps=NUM_WARPS,
+        x,
+        weight,
+        bias,
+        y,
+        x.stride(0),
+        y.stride(0),
+        n_cols,
+        EPS,
+        BLOCK_N=BLOCK_N,
+        num_warps=NUM_WARPS,
     )
     return y

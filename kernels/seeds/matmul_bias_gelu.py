@@ -17,10 +17,23 @@ NUM_STAGES = 3  # tune: 1, 2, 3, 4, 5
 
 @triton.jit
 def _matmul_bias_gelu_kernel(
-    a_ptr, b_ptr, bias_ptr, c_ptr,
-    M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    bias_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     # each tile reads a BLOCK_M x K strip of A and a K x BLOCK_N strip of B; grouping makes
     # DRAM traffic approach M*K + K*N + M*N as the strips are reused from L2
@@ -68,10 +81,24 @@ def kernel(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> torch.Tensor
     c = torch.empty((m, n), device=a.device, dtype=a.dtype)
     grid = (triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N),)
     _matmul_bias_gelu_kernel[grid](
-        a, b, bias, c,
-        m, n, k,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        a,
+        b,
+        bias,
+        c,
+        m,
+        n,
+        k,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        BLOCK_K=BLOCK_K,
+        GROUP_M=GROUP_M,
+        num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES,
     )
     return c

@@ -1,4 +1,5 @@
-"""Seed RMSNorm: one program per row, a sum-of-squares pass over column blocks, then a scaling pass."""
+"""Seed RMSNorm: one program per row; a sum-of-squares pass over column blocks, then a scaling
+pass."""
 
 from __future__ import annotations
 
@@ -13,9 +14,7 @@ EPS = 1e-6
 
 
 @triton.jit
-def _rmsnorm_kernel(
-    x_ptr, w_ptr, y_ptr, stride_xm, stride_ym, n_cols, eps, BLOCK_N: tl.constexpr
-):
+def _rmsnorm_kernel(x_ptr, w_ptr, y_ptr, stride_xm, stride_ym, n_cols, eps, BLOCK_N: tl.constexpr):
     # read x twice (stats pass + scaling pass) and weight once per row, write M*N
     row = tl.program_id(0)
     x_row = x_ptr + row.to(tl.int64) * stride_xm
@@ -41,7 +40,14 @@ def kernel(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     n_rows, n_cols = x.shape
     y = torch.empty_like(x)
     _rmsnorm_kernel[(n_rows,)](
-        x, weight, y, x.stride(0), y.stride(0), n_cols, EPS,
-        BLOCK_N=BLOCK_N, num_warps=NUM_WARPS,
+        x,
+        weight,
+        y,
+        x.stride(0),
+        y.stride(0),
+        n_cols,
+        EPS,
+        BLOCK_N=BLOCK_N,
+        num_warps=NUM_WARPS,
     )
     return y

@@ -13,10 +13,23 @@ NUM_WARPS = 4  # tune: 1, 2, 4, 8
 
 @triton.jit
 def _rope_kernel(
-    x_ptr, cos_ptr, sin_ptr, y_ptr,
-    seq_len, n_heads,
-    stride_xb, stride_xs, stride_xh, stride_yb, stride_ys, stride_yh, stride_cs, stride_ss,
-    HALF_D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    y_ptr,
+    seq_len,
+    n_heads,
+    stride_xb,
+    stride_xs,
+    stride_xh,
+    stride_yb,
+    stride_ys,
+    stride_yh,
+    stride_cs,
+    stride_ss,
+    HALF_D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_H: tl.constexpr,
 ):
     # read x once and one cos/sin row per token, write x's size
     tok = tl.program_id(0)
@@ -49,11 +62,23 @@ def kernel(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     half = head_dim // 2
     y = torch.empty_like(x)
     _rope_kernel[(batch * seq_len,)](
-        x, cos, sin, y,
-        seq_len, n_heads,
-        x.stride(0), x.stride(1), x.stride(2), y.stride(0), y.stride(1), y.stride(2),
-        cos.stride(0), sin.stride(0),
-        HALF_D=half, BLOCK_D=triton.next_power_of_2(half), BLOCK_H=BLOCK_H,
+        x,
+        cos,
+        sin,
+        y,
+        seq_len,
+        n_heads,
+        x.stride(0),
+        x.stride(1),
+        x.stride(2),
+        y.stride(0),
+        y.stride(1),
+        y.stride(2),
+        cos.stride(0),
+        sin.stride(0),
+        HALF_D=half,
+        BLOCK_D=triton.next_power_of_2(half),
+        BLOCK_H=BLOCK_H,
         num_warps=NUM_WARPS,
     )
     return y

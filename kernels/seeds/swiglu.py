@@ -31,7 +31,14 @@ def kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(a)
     grid = (n_rows, triton.cdiv(n_cols, BLOCK_N))
     _swiglu_kernel[grid](
-        a, b, y, a.stride(0), b.stride(0), y.stride(0), n_cols,
-        BLOCK_N=BLOCK_N, num_warps=NUM_WARPS,
+        a,
+        b,
+        y,
+        a.stride(0),
+        b.stride(0),
+        y.stride(0),
+        n_cols,
+        BLOCK_N=BLOCK_N,
+        num_warps=NUM_WARPS,
     )
     return y

@@ -1,0 +1,252 @@
+"""`python -m kernels`, run as a user runs it: a subprocess, exit codes, stdout/stderr, JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = ROOT / "kernels" / "seeds" / "softmax.py"
+EXPLOITS = ROOT / "tests" / "fixtures" / "exploits"
+
+# DESIGN.md, Contracts: the built-in problems and their kernel signatures.
+BUILTINS = {
+    "softmax": "kernel(x)",
+    "rmsnorm": "kernel(x, weight)",
+    "layernorm": "kernel(x, weight, bias)",
+    "swiglu": "kernel(a, b)",
+    "rope": "kernel(x, cos, sin)",
+    "matmul": "kernel(a, b)",
+    "matmul_bias_gelu": "kernel(a, b, bias)",
+    "attention": "kernel(q, k, v)",
+}
+REPORT_KEYS = {"verdict", "failure", "reasons", "device", "checks", "shapes", "summary"}
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kernels", *map(str, args)],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def evaluate_cli(
+    problem: str, candidate: Path, out: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return cli(
+        *("evaluate", "--problem", problem, "--candidate", str(candidate)),
+        *("--device", "interpret", "--json", str(out), "--quiet"),
+        env=env,
+    )
+
+
+def test_problems_lists_every_builtin_with_its_signature() -> None:
+    res = cli("problems")
+
+    assert res.returncode == 0, res.stderr
+    heads = [line.split() for line in res.stdout.splitlines() if line and not line[0].isspace()]
+    listed = {h[0]: " ".join(h[1:]).split(" dtypes:")[0] for h in heads}
+    for name, signature in BUILTINS.items():
+        assert listed.get(name) == signature, (name, listed.get(name))
+    assert "smoke (" in res.stdout and "full  (" in res.stdout
+
+
+def test_evaluate_accepts_the_seed_and_writes_the_report(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+
+    res = evaluate_cli("softmax", SEED, out)
+
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    assert set(report) >= REPORT_KEYS
+    assert report["verdict"] == "accepted"
+    assert report["failure"] is None
+    assert report["device"]["kind"] == "interpret"
+    assert len(report["shapes"]) == report["summary"]["shapes"] > 0
+    assert "verdict: accepted" in res.stdout
+
+
+def test_evaluate_exits_1_on_an_exploit(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+
+    res = evaluate_cli("softmax", EXPLOITS / "library_fallback.py", out)
+
+    assert res.returncode == 1, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "rejected"
+    assert report["failure"] == "prohibited"
+    assert "verdict: rejected (prohibited)" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--problem", "no_such_problem", "--candidate", SEED, "--device", "interpret"],
+            "unknown problem 'no_such_problem'",
+        ),
+        (
+            ["--problem", "softmax", "--candidate", "/nonexistent/k.py", "--device", "interpret"],
+            "does not exist",
+        ),
+        (["--problem", "softmax", "--candidate", SEED, "--device", "tpu"], "--device"),
+        (
+            ["--problem", "softmax", "--candidate", SEED, "--device", "interpret", "--shapes", "x"],
+            "--shapes",
+        ),
+        (["--candidate", SEED, "--device", "interpret"], "--problem"),
+    ],
+    ids=["unknown_problem", "missing_file", "bad_device", "bad_shapes", "no_problem"],
+)
+def test_evaluate_exits_2_on_a_usage_error(args: list, message: str) -> None:
+    res = cli("evaluate", *args)
+
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
+    assert "verdict" not in res.stdout
+
+
+def test_tune_checks_configs_on_the_interpreter_without_ranking_them(tmp_path: Path) -> None:
+    out = tmp_path / "tune.json"
+
+    res = cli(
+        "tune", "--problem", "softmax", "--device", "interpret", "--trials", "3", "--json", out
+    )
+
+    assert res.returncode == 0, res.stdout + res.stderr
+    result = json.loads(out.read_text())
+    assert len(result["trials"]) == 3
+    assert [t["status"] for t in result["trials"]][0] == "kept"
+    assert {t["status"] for t in result["trials"]} <= {"kept", "reverted", "failed"}
+    assert all(t["geomean_ms"] is None for t in result["trials"])
+    assert result["ranked"] is False
+    assert result["failures"] == 0
+    assert result["best_report"]["verdict"] == "accepted"
+    assert "ranked: False" in res.stdout
+
+
+def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.py"
+    plain.write_text(SEED.read_text().replace("# tune:", "# was:"))
+
+    res = cli("tune", "--problem", "softmax", "--candidate", plain, "--device", "interpret")
+
+    assert res.returncode == 2
+    assert "no '# tune:' knobs" in res.stderr
+
+
+def test_ceilings_on_the_interpreter_exits_2_with_a_message() -> None:
+    res = cli("ceilings", "--device", "interpret")
+
+    assert res.returncode == 2
+    assert "CUDA" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+# ---- extra problem directories ----------------------------------------------------------
+
+ROWSCALE = '''\
+"""Scale by two: y = 2 * x, output dtype = x.dtype."""
+
+from __future__ import annotations
+
+import torch
+
+SIGNATURE = "kernel(x)"
+DESCRIPTION = "x [M, N]; y = 2 * x."
+SHAPES_FULL = [{"M": 4096, "N": 4096}]
+SHAPES_SMOKE = [{"M": 1, "N": 1}, {"M": 7, "N": 300}, {"M": 3, "N": 5000}]
+DTYPES = {"cuda": torch.bfloat16, "interpret": torch.float32}
+TOLERANCE = {
+    torch.bfloat16: {"atol": 1e-2, "rtol": 1e-2, "l2": 1e-2},
+    torch.float32: {"atol": 1e-6, "rtol": 1e-6, "l2": 1e-6},
+}
+
+
+def reference(x):
+    return x * 2
+
+
+def make_inputs(shape, dtype, device, generator):
+    return (torch.randn(shape["M"], shape["N"], device=device, generator=generator).to(dtype),)
+
+
+def flops(shape):
+    return shape["M"] * shape["N"]
+
+
+def bytes(shape, dtype):  # noqa: A001
+    return 2.0 * shape["M"] * shape["N"] * torch.empty((), dtype=dtype).element_size()
+'''
+
+CANDIDATE = """\
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * FACTOR, mask=mask)
+
+
+def kernel(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+"""
+
+
+@pytest.fixture
+def extra(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    problems_dir = tmp_path / "problems"
+    problems_dir.mkdir()
+    (problems_dir / "rowscale.py").write_text(ROWSCALE)
+    return {"AUTOWEB_PROBLEM_DIRS": str(problems_dir)}, tmp_path
+
+
+def test_problems_lists_a_problem_from_autoweb_problem_dirs(extra) -> None:
+    env, _ = extra
+
+    res = cli("problems", env=env)
+
+    assert res.returncode == 0, res.stderr
+    assert any(line.split()[:2] == ["rowscale", "kernel(x)"] for line in res.stdout.splitlines())
+    assert all(name in res.stdout for name in BUILTINS)
+
+
+@pytest.mark.parametrize(
+    ("factor", "code", "verdict"), [(2.0, 0, "accepted"), (3.0, 1, "rejected")]
+)
+def test_evaluate_judges_a_candidate_against_the_extra_problems_reference(
+    extra, factor: float, code: int, verdict: str
+) -> None:
+    env, tmp = extra
+    cand = tmp / "scale.py"
+    cand.write_text(CANDIDATE.replace("FACTOR", repr(factor)))
+    out = tmp / "report.json"
+
+    res = evaluate_cli("rowscale", cand, out, env=env)
+
+    assert res.returncode == code, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    assert report["problem"] == "rowscale"
+    assert report["verdict"] == verdict, report["reasons"]
+    assert len(report["shapes"]) == 3
+    if verdict == "rejected":
+        assert report["failure"] == "incorrect"

@@ -1,0 +1,57 @@
+"""No false positives: honest kernels pass every check on the interpreter smoke sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernels import problems
+from kernels.harness import evaluate
+from kernels.knobs import parse_knobs, rewrite
+
+HONEST = Path(__file__).resolve().parents[1] / "fixtures" / "honest"
+TUNED = sorted(HONEST.glob("*_tuned.py"))
+
+
+def _assert_clean(report: dict, what: str) -> None:
+    failed = {k: v["detail"] for k, v in report["checks"].items() if v["passed"] is False}
+    assert report["verdict"] == "accepted", f"{what}: {report['failure']}: {report['reasons']}"
+    assert report["failure"] is None
+    assert report["reasons"] == []
+    assert not failed, f"{what}: checks failed on an accepted report: {failed}"
+    for name in ("static", "output_contract", "correctness", "library_fallback"):
+        assert report["checks"][name]["passed"] is True, (what, name, report["checks"][name])
+    assert report["summary"]["shapes_passed"] == report["summary"]["shapes"] > 0
+
+
+@pytest.mark.parametrize("name", problems.names())
+def test_every_seed_is_accepted_with_no_failed_check(name: str) -> None:
+    problem = problems.load(name)
+
+    report = evaluate(problem, problem.seed_path.read_text(), device="interpret", tier="smoke")
+
+    _assert_clean(report, f"seed {name}")
+
+
+@pytest.mark.parametrize("path", TUNED, ids=lambda p: p.stem)
+def test_every_tuned_honest_kernel_is_accepted_with_no_failed_check(path: Path) -> None:
+    name = path.stem.removesuffix("_tuned")
+
+    report = evaluate(name, path.read_text(), device="interpret", tier="smoke")
+
+    _assert_clean(report, path.name)
+
+
+@pytest.mark.parametrize("end", ["first", "last"])
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm"])
+def test_a_seed_retuned_to_its_extreme_knob_values_is_still_accepted(name: str, end: str) -> None:
+    source = problems.load(name).seed_path.read_text()
+    knobs = parse_knobs(source)
+    values = {k.name: k.choices[0 if end == "first" else -1] for k in knobs}
+    retuned = rewrite(source, values)
+    assert retuned != source, f"{name}: the {end} choices are the seed's own values"
+
+    report = evaluate(name, retuned, device="interpret", tier="smoke")
+
+    _assert_clean(report, f"{name} seed with {values}")

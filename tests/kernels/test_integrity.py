@@ -1,0 +1,209 @@
+"""Every planted exploit is rejected for the right reason (DESIGN.md, Integrity).
+
+Each fixture in tests/fixtures/exploits/ states in its header the problem it targets, the
+failure category it must get and whether it needs CUDA. Fixtures for any device run on the
+Triton CPU interpreter here; CUDA-only ones run on a GPU host, where every fixture is also
+evaluated on the GPU.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from kernels.harness import FAILURES, evaluate
+
+EXPLOITS = Path(__file__).resolve().parents[1] / "fixtures" / "exploits"
+_HEADER = re.compile(r"^# (problem|expect|device):\s*(\S+)\s*$", re.MULTILINE)
+
+# What a reason must mention (any one of the alternatives, case-insensitive). Not the category
+# name: every reason starts with its category, so that would prove nothing.
+REASON_MENTIONS: dict[str, tuple[str, ...]] = {
+    "aliasing": ("alias",),
+    "aliasing_view": ("alias",),
+    "bad_kernel_signature": ("signature",),
+    "batch_and_skip": ("outside tolerance",),
+    "benchmark_detection": ("cached", "reused", "graph replay", "while being timed"),
+    "cached_copy": ("cached",),
+    "cached_same_buffer": ("cached", "reused"),
+    "dunder_escape": ("dunder",),
+    "forbidden_builtin": ("builtin 'eval' is not allowed",),
+    "forbidden_import": ("import of 'os' is not allowed",),
+    "graph_breaking": ("cuda-graph", "graph"),
+    "graph_detection": ("cuda-graph", "graph replay"),
+    "hang": ("no result within",),
+    "illegal_memory_access": ("sigsegv", "illegal memory access", "process died"),
+    "lazy_meta": ("meta",),
+    "library_fallback": ("library fallback",),
+    "library_fallback_arith": ("library fallback",),
+    "monkeypatch_harness": ("monkeypatch",),
+    "monkeypatch_time": ("monkeypatch",),
+    "monkeypatch_timer": ("monkeypatch",),
+    "monkeypatch_torch": ("monkeypatch",),
+    "mutate_input": ("mutated",),
+    "oom": ("out of memory",),
+    "precision_downgrade": ("outside tolerance",),
+    "returns_tuple": ("not a torch.tensor",),
+    "shape_shortcut": ("outside tolerance",),
+    "side_stream": ("torch.cuda.stream is not allowed",),
+    "small_shapes_only": ("outside tolerance",),
+    "stale_memory": ("outside tolerance",),
+    "syntax_error": ("syntax error",),
+    "tensor_subclass": ("subclass",),
+    "threads": ("import of 'threading' is not allowed",),
+    "triton_compile_error": ("constexpr", "arange"),
+    "wrong_dtype": ("dtype",),
+}
+
+# Exploits the harness lets through today, by (fixture, device). Strict: a fix turns these red
+# until the entry is removed.
+HARNESS_BUGS: dict[tuple[str, str], str] = {}
+
+
+def _header(path: Path) -> dict[str, str]:
+    found = dict(_HEADER.findall(path.read_text()[:2000]))
+    missing = {"problem", "expect", "device"} - set(found)
+    if missing:
+        raise ValueError(f"{path.name} lacks header comment(s): {', '.join(sorted(missing))}")
+    return found
+
+
+FIXTURES = sorted(EXPLOITS.glob("*.py"))
+
+
+def _cases(device: str) -> list:
+    params = []
+    for path in FIXTURES:
+        head = _header(path)
+        if device == "interpret" and head["device"] == "cuda":
+            continue
+        marks = [pytest.mark.gpu] if device == "cuda" else []
+        bug = HARNESS_BUGS.get((path.stem, device))
+        if bug:
+            marks.append(pytest.mark.xfail(strict=True, reason=bug))
+        params.append(pytest.param(path, head, marks=marks, id=path.stem))
+    return params
+
+
+def _limits(path: Path) -> dict:
+    if path.stem == "hang":
+        return {"timeout_s": 20}
+    if path.stem == "oom":
+        # Two test workers share this 24 GB machine: cap each sandbox well below half.
+        return {"memory_bytes": 3 << 30}
+    return {}
+
+
+def _mentions(report: dict, needles: tuple[str, ...]) -> bool:
+    text = " ".join(report["reasons"]).lower()
+    return any(n.lower() in text for n in needles)
+
+
+def _assert_rejected_for(report: dict, path: Path, expect: str) -> None:
+    assert report["verdict"] == "rejected", f"{path.name} was accepted: {report['checks']}"
+    assert report["failure"] == expect, (path.name, report["failure"], report["reasons"])
+    needles = REASON_MENTIONS[path.stem]
+    assert _mentions(report, needles), (
+        f"{path.name}: no reason mentions any of {needles}: {report['reasons']}"
+    )
+
+
+def test_every_exploit_fixture_has_a_valid_header_and_a_reason_to_look_for() -> None:
+    assert len(FIXTURES) >= 30
+    for path in FIXTURES:
+        head = _header(path)
+        assert head["expect"] in FAILURES, path.name
+        assert head["device"] in ("any", "cuda"), path.name
+        assert path.stem in REASON_MENTIONS, f"add the reason {path.name} must get"
+
+
+def _run(path: Path, head: dict, device: str) -> None:
+    limits = _limits(path)
+    started = time.monotonic()
+    report = evaluate(head["problem"], path.read_text(), device=device, tier="smoke", **limits)
+    _assert_rejected_for(report, path, head["expect"])
+    if "timeout_s" in limits:
+        assert time.monotonic() - started < limits["timeout_s"] + 15
+
+
+@pytest.mark.parametrize(("path", "head"), _cases("interpret"))
+def test_it_rejects_the_planted_exploit_on_the_interpreter(path: Path, head: dict) -> None:
+    _run(path, head, "interpret")
+
+
+@pytest.mark.parametrize(("path", "head"), _cases("cuda"))
+def test_it_rejects_the_planted_exploit_on_cuda(path: Path, head: dict) -> None:
+    _run(path, head, "cuda")
+
+
+# ---- the run-time layer on its own (static checks off) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fixture", "failure", "mention"),
+    [
+        # The tamper snapshot sees the patched attribute even though nothing parsed the source.
+        ("monkeypatch_torch", "hack_suspected", "monkeypatching detected: torch.softmax"),
+        (
+            "monkeypatch_timer",
+            "hack_suspected",
+            "monkeypatching detected: torch.cuda.Event.elapsed_time",
+        ),
+        # The guarded import refuses everything outside torch/triton/math/functools/typing.
+        ("forbidden_import", "compile_error", "import of 'os' is not allowed"),
+        ("monkeypatch_harness", "compile_error", "import of 'kernels.harness.childrun'"),
+        ("monkeypatch_time", "compile_error", "import of 'time' is not allowed"),
+        ("threads", "compile_error", "import of 'threading' is not allowed"),
+        # The op recorder sees torch compute ops, however they are spelled.
+        ("library_fallback", "prohibited", "library fallback"),
+        ("library_fallback_arith", "prohibited", "library fallback"),
+    ],
+)
+def test_the_runtime_defences_reject_it_without_static_checks(
+    fixture: str, failure: str, mention: str
+) -> None:
+    report = evaluate(
+        "softmax",
+        (EXPLOITS / f"{fixture}.py").read_text(),
+        device="interpret",
+        skip_static_checks=True,
+    )
+
+    assert report["checks"]["static"]["passed"] is None
+    assert report["verdict"] == "rejected"
+    assert report["failure"] == failure, report["reasons"]
+    assert mention.lower() in " ".join(report["reasons"]).lower(), report["reasons"]
+
+
+def test_restricted_builtins_stop_eval_without_static_checks() -> None:
+    report = evaluate(
+        "softmax",
+        (EXPLOITS / "forbidden_builtin.py").read_text(),
+        device="interpret",
+        skip_static_checks=True,
+    )
+
+    assert report["verdict"] == "rejected"
+    assert "'eval' is not defined" in " ".join(report["reasons"]), report["reasons"]
+
+
+# ---- the secret seed --------------------------------------------------------------------
+
+
+def test_it_draws_new_secret_inputs_for_every_evaluation() -> None:
+    source = (Path(__file__).resolve().parents[2] / "kernels" / "seeds" / "softmax.py").read_text()
+    shapes = [{"M": 5, "N": 300}, {"M": 3, "N": 1000}]
+
+    a = evaluate("softmax", source, device="interpret", shapes=shapes)
+    b = evaluate("softmax", source, device="interpret", shapes=shapes)
+
+    assert a["verdict"] == b["verdict"] == "accepted"
+    for sa, sb in zip(a["shapes"], b["shapes"], strict=True):
+        first_a, first_b = sa["errors"]["first"], sb["errors"]["first"]
+        # ref_rms is a property of the inputs alone: equal values would mean equal inputs.
+        assert first_a["ref_rms"] != first_b["ref_rms"]
+        # Within one evaluation the second call gets fresh values too.
+        assert first_a["ref_rms"] != sa["errors"]["second"]["ref_rms"]

@@ -1,0 +1,284 @@
+"""The sandbox, with real processes: isolation, killing, the warm pool, the GPU lock."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from kernels.harness import evaluate
+from kernels.harness.sandbox import Child, GpuLock, Pool, network_isolation_available
+
+EXPLOITS = Path(__file__).resolve().parents[1] / "fixtures" / "exploits"
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(): v.decode(errors="replace") for k, v in pairs}
+
+
+def _gone(pid: int, create_time: float) -> bool:
+    """Dead, reaped, or a zombie waiting for a reaper that is not us; never a reused pid."""
+    try:
+        p = psutil.Process(pid)
+        return p.create_time() != create_time or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_for(pred, timeout_s: float) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
+
+
+SECRET = ("AUTOWEB_TEST_SECRET_TOKEN", f"s3cret-{uuid.uuid4().hex}")
+
+
+@pytest.fixture(scope="module")
+def child() -> Iterator[Child]:
+    """One warm child for the tests that only look at it (starting one takes seconds)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(*SECRET)
+        c = Child("interpret")
+        try:
+            c.wait_ready()
+            yield c
+        finally:
+            c.close()
+
+
+def test_a_child_does_not_inherit_the_callers_environment(child: Child) -> None:
+    name, value = SECRET
+    env = _environ(child.proc.pid)
+
+    assert name not in env
+    assert not any(value in v for v in env.values())
+    assert env["TRITON_INTERPRET"] == "1"
+
+
+def test_a_child_has_its_own_caches_and_home_inside_its_directory(child: Child) -> None:
+    env = _environ(child.proc.pid)
+
+    root = child.dir.resolve()
+    for key in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "HOME", "TMPDIR"):
+        path = Path(env[key]).resolve()
+        assert root in path.parents, (key, path, root)
+        assert path.is_dir()
+    assert Path(f"/proc/{child.proc.pid}/cwd").resolve() == root / "tmp"
+
+
+def test_a_child_has_no_network_namespace_in_common_with_the_caller(child: Child) -> None:
+    if not network_isolation_available():
+        pytest.skip("unshare -n is not permitted here: children share the network")
+
+    theirs = os.readlink(f"/proc/{child.proc.pid}/ns/net")
+
+    assert theirs != os.readlink("/proc/self/ns/net")
+
+
+def test_a_child_runs_in_its_own_session_and_process_group(child: Child) -> None:
+    pid = child.proc.pid
+
+    assert os.getsid(pid) == pid
+    assert os.getpgid(pid) == pid
+    assert os.getsid(pid) != os.getsid(0)
+
+
+def test_a_child_has_its_resource_limits_set(child: Child) -> None:
+    limits = psutil.Process(child.proc.pid).rlimit
+
+    assert limits(psutil.RLIMIT_AS)[0] == child.memory_bytes
+    assert limits(psutil.RLIMIT_CORE) == (0, 0)
+    assert limits(psutil.RLIMIT_NOFILE)[0] == 4096
+
+
+def test_close_kills_the_child_and_removes_its_directory() -> None:
+    c = Child("interpret")
+    try:
+        c.wait_ready()
+        pid = c.proc.pid
+        started = psutil.Process(pid).create_time()
+        assert c.dir.is_dir()
+    finally:
+        c.close()
+
+    assert c.proc.poll() is not None
+    assert _gone(pid, started)
+    assert not c.dir.exists()
+
+
+def test_close_kills_every_process_the_child_started() -> None:
+    # A wrapper leaves a grandchild behind in the child's process group.
+    c = Child("interpret", wrapper=["sh", "-c", 'sleep 600 & exec "$@"', "sh"])
+    try:
+        c.wait_ready()
+        tree = psutil.Process(c.proc.pid).children(recursive=True)
+        assert any(p.name() == "sleep" for p in tree), tree
+        born = {p.pid: p.create_time() for p in tree}
+    finally:
+        c.close()
+
+    assert all(_gone(pid, t) for pid, t in born.items())
+
+
+def test_a_hanging_candidate_is_killed_with_its_whole_process_tree() -> None:
+    me = psutil.Process()
+    seen: dict[int, tuple[float, str]] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for p in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    seen.setdefault(p.pid, (p.create_time(), p.cwd()))
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        report = evaluate(
+            "softmax", (EXPLOITS / "hang.py").read_text(), device="interpret", timeout_s=10
+        )
+    finally:
+        elapsed = time.monotonic() - started
+        stop.set()
+        watcher.join()
+
+    assert report["failure"] == "timeout", report["reasons"]
+    assert elapsed < 10 + 15
+    sandbox_dir = report["sandbox_dir"]
+    tree = {pid: t for pid, (t, cwd) in seen.items() if cwd.startswith(sandbox_dir)}
+    assert tree, "the watcher never saw the sandboxed process"
+    assert all(_gone(pid, t) for pid, t in tree.items())
+    assert not Path(sandbox_dir).exists()
+    for p in psutil.process_iter():
+        try:
+            cwd = p.cwd()
+        except psutil.Error:
+            continue
+        assert not cwd.startswith(sandbox_dir), f"pid {p.pid} survived in {cwd}"
+
+
+def test_the_pool_hands_out_each_child_once_and_refills() -> None:
+    pool = Pool("interpret", size=2)
+    taken: list[Child] = []
+    try:
+        warm = [c.proc.pid for c in pool._idle]
+        assert len(set(warm)) == 2
+
+        taken = [pool.acquire() for _ in range(3)]
+        pids = [c.proc.pid for c in taken]
+
+        assert len(set(pids)) == 3
+        assert pids[:2] == warm  # the warm ones first
+        assert _wait_for(lambda: len(pool._idle) == 2, 120), "the pool did not refill"
+        refilled = {c.proc.pid for c in pool._idle}
+        assert not refilled & set(pids)
+        for c in pool._idle:
+            c.wait_ready()
+        taken[0].wait_ready()
+        assert taken[0].ready
+    finally:
+        for c in taken:
+            c.close()
+        pool.close()
+    assert all(c.proc.poll() is not None for c in taken)
+
+
+def test_the_pool_replaces_a_warm_child_that_died() -> None:
+    pool = Pool("interpret", size=1)
+    got = None
+    try:
+        dead = pool._idle[0]
+        dead.kill()
+
+        got = pool.acquire()
+
+        assert got is not dead
+        assert got.proc.poll() is None
+        assert not dead.dir.exists()
+    finally:
+        if got is not None:
+            got.close()
+        pool.close()
+
+
+# ---- GpuLock: flock on a temp file, so no GPU is needed ---------------------------------
+
+
+@pytest.fixture
+def lock_key() -> Iterator[str]:
+    key = f"test-{uuid.uuid4().hex}"
+    yield key
+    GpuLock(key).path.unlink(missing_ok=True)
+
+
+def _acquire_in_thread(lock: GpuLock) -> threading.Event:
+    got = threading.Event()
+
+    def take() -> None:
+        lock.acquire()
+        got.set()
+
+    threading.Thread(target=take, daemon=True).start()
+    return got
+
+
+def test_an_exclusive_holder_blocks_a_shared_one_until_it_releases(lock_key: str) -> None:
+    writer = GpuLock(lock_key).acquire()
+    reader = GpuLock(lock_key, shared=True)
+    try:
+        got = _acquire_in_thread(reader)
+
+        assert not got.wait(0.5)
+        writer.release()
+        assert got.wait(5)
+    finally:
+        writer.release()
+        reader.release()
+
+
+def test_a_shared_holder_blocks_an_exclusive_one(lock_key: str) -> None:
+    reader = GpuLock(lock_key, shared=True).acquire()
+    writer = GpuLock(lock_key)
+    try:
+        got = _acquire_in_thread(writer)
+
+        assert not got.wait(0.5)
+        reader.release()
+        assert got.wait(5)
+    finally:
+        reader.release()
+        writer.release()
+
+
+def test_two_shared_holders_coexist(lock_key: str) -> None:
+    first = GpuLock(lock_key, shared=True).acquire()
+    second = GpuLock(lock_key, shared=True)
+    try:
+        assert _acquire_in_thread(second).wait(5)
+    finally:
+        first.release()
+        second.release()
+
+
+def test_the_lock_works_as_a_context_manager(lock_key: str) -> None:
+    other = GpuLock(lock_key, shared=True)
+    with GpuLock(lock_key):
+        got = _acquire_in_thread(other)
+        assert not got.wait(0.3)
+    assert got.wait(5)
+    other.release()
