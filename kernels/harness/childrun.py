@@ -452,6 +452,41 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
     send(t="timed", i=i, mode=mode, ms=results, outputs=outputs, notes=notes, quick_ms=quick)
 
 
+def precompile_candidates(problem, shapes, spec, cands) -> int:
+    """Compile the candidates' Triton kernels for every shape without launching anything.
+
+    Runs before this child asks for the GPU, so compilation (CPU work) overlaps with other
+    candidates being timed. Inputs are meta tensors (no memory, no kernels) and Triton's launch
+    is turned into `warmup=True` (compile only) for the duration. Best effort: whatever fails
+    here is simply compiled at its first real call during verification.
+    """
+    from triton.runtime.jit import JITFunction
+
+    dtype = getattr(torch, spec["dtype"])
+    orig = JITFunction.run
+
+    def compile_only(self, *args, grid, warmup, **kwargs):
+        return orig(self, *args, grid=grid, warmup=True, **kwargs)
+
+    compiled = 0
+    JITFunction.run = compile_only
+    try:
+        for shape in shapes:
+            try:
+                inputs = problem.module.make_inputs(shape, dtype, "meta", None)
+            except Exception:
+                continue
+            for c in cands:
+                try:
+                    c.mod.kernel(*inputs)
+                    compiled += 1
+                except Exception:
+                    pass
+    finally:
+        JITFunction.run = orig
+    return compiled
+
+
 def precompile_baseline(problem, shapes, spec) -> dict:
     """torch.compile the reference once per shape (dynamic=False), under no_grad as timed.
 
@@ -513,6 +548,17 @@ def run(spec: dict, send, recv) -> None:
         return
 
     shapes = spec["shapes"]
+    if device == "cuda" and spec.get("precompile", True):
+        send(
+            t="progress",
+            phase="compiling",
+            precompiled=precompile_candidates(problem, shapes, spec, cands),
+        )
+    if device == "cuda":
+        send(t="want_gpu", shared=True)  # verification runs kernels: share the GPU
+        if not recv().get("go"):
+            send(t="done", tamper=snap.changes(), ops={})
+            return
     if spec.get("profile"):
         for shape in shapes:
             a = problem.make_inputs(

@@ -42,9 +42,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict
         o = o_flat[s : s + CHUNK].to(r.device, torch.float64)
         fin_r = torch.isfinite(r)
         fin_o = torch.isfinite(o)
-        nonfinite_bad = (fin_r != fin_o) | (
-            ~fin_r & ~fin_o & ~((o == r) | (o.isnan() & r.isnan()))
-        )
+        nonfinite_bad = (fin_r != fin_o) | (~fin_r & ~fin_o & ~((o == r) | (o.isnan() & r.isnan())))
         rf = torch.where(fin_r, r, torch.zeros_like(r))
         of = torch.where(fin_r & fin_o, o, rf)
         d = (of - rf).abs()

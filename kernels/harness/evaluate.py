@@ -300,8 +300,6 @@ def _evaluate(
             "verify": verify,
             **(extra or {}),
         }
-        if dev == "cuda":
-            lock = sandbox.GpuLock(_gpu_key(), shared=True).acquire()
         child.send(spec)
         deadline = time.monotonic() + (timeout_s or DEFAULT_TIMEOUT_S)
         out_root = child.dir / "out"
@@ -318,6 +316,10 @@ def _evaluate(
                 emit(ev)
             elif t == "verified":
                 _on_verified(run, msg, out_root)
+            elif t == "want_gpu" and msg.get("shared"):
+                if lock is None:
+                    lock = sandbox.GpuLock(_gpu_key(), shared=True).acquire()
+                child.send({"go": True})
             elif t == "want_gpu":
                 go = not run.failures
                 if go:
