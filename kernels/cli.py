@@ -198,6 +198,7 @@ def cmd_tune(args) -> int:
             retime=rt if dev == "cuda" else None,
             seed=args.seed,
             on_trial=on_trial,
+            jobs=max(1, args.jobs),
         )
         result = tuner.run()
     finally:
@@ -294,7 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidate", help="default: the problem's seed kernel")
     p.add_argument("--trials", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--jobs", type=int, default=2, help="warm sandbox processes kept ready")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="candidates evaluated at once (each in its own warm sandbox)",
+    )
     p.add_argument("--out", help="write the best candidate source here")
     p.set_defaults(fn=cmd_tune)
 

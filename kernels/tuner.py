@@ -16,6 +16,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -103,9 +104,12 @@ class Tuner:
         seed: int | None = None,
         exhaustive_limit: int = 64,
         on_trial: Callable[[TrialRecord], None] | None = None,
+        jobs: int = 1,
     ) -> None:
         if trials < 1:
             raise ValueError(f"trials must be at least 1, got {trials}")
+        if jobs < 1:
+            raise ValueError(f"jobs must be at least 1, got {jobs}")
         if exhaustive_limit < 0:
             raise ValueError(f"exhaustive_limit must be >= 0, got {exhaustive_limit}")
         self.source = source
@@ -114,6 +118,9 @@ class Tuner:
         self.retime = retime
         self.seed = seed
         self.on_trial = on_trial
+        # Evaluations in flight at once: on a GPU worker, candidates compile and verify in
+        # their own sandboxes while another is timed. Keep/revert stays in proposal order.
+        self.jobs = jobs
         self.knobs = parse_knobs(source)  # KnobError here, before any evaluation
         self.space_size = space_size(self.knobs)
         self.strategy = "exhaustive" if self.space_size <= exhaustive_limit else "optuna"
@@ -125,12 +132,27 @@ class Tuner:
         self._start_report: Report | None = None
         self._evaluate_seconds = 0.0
         self._evaluations = 0
-        if self.strategy == "exhaustive":
-            for values in itertools.islice(self._configs_in_order(), self.trials):
-                self._trial(values)
-        else:
-            self._run_optuna()
+        self._wall_started = time.perf_counter()
+        with ThreadPoolExecutor(self.jobs) as self._pool:
+            if self.strategy == "exhaustive":
+                configs = list(itertools.islice(self._configs_in_order(), self.trials))
+                for i in range(0, len(configs), self.jobs):
+                    batch = configs[i : i + self.jobs]
+                    for values, evaluated in zip(batch, self._evaluate_batch(batch), strict=True):
+                        self._trial(values, evaluated)
+            else:
+                self._run_optuna()
         return self._result()
+
+    def _evaluate_batch(self, batch: list[dict[str, KnobValue]]) -> list[tuple]:
+        """Evaluate several configs concurrently; each result is (report, failure, reason, s)."""
+
+        def one(values: dict[str, KnobValue]) -> tuple:
+            started = time.perf_counter()
+            report, failure, reason = self._evaluate(rewrite(self.source, values))
+            return report, failure, reason, time.perf_counter() - started
+
+        return list(self._pool.map(one, batch))
 
     # -- strategies ---------------------------------------------------------------------------
 
@@ -159,28 +181,47 @@ class Tuner:
             )
             study.enqueue_trial(self.start_values)
             repeats = 0
-            while len(self._records) < self.trials and len(told) < self.space_size:
-                trial = study.ask(distributions)
-                values = {k.name: trial.params[k.name] for k in self.knobs}
-                key = config_key(values)
-                if key in told:
+            exhausted = False
+            while (
+                not exhausted and len(self._records) < self.trials and len(told) < self.space_size
+            ):
+                # Ask for up to `jobs` new configs (pending ones count as seen), then evaluate
+                # them together and tell optuna in order.
+                batch: list[tuple[optuna.Trial, dict[str, KnobValue]]] = []
+                pending: set[str] = set()
+                room = min(self.jobs, self.trials - len(self._records))
+                while len(batch) < room and len(told) + len(pending) < self.space_size:
+                    trial = study.ask(distributions)
+                    values = {k.name: trial.params[k.name] for k in self.knobs}
+                    key = config_key(values)
+                    if key in told or key in pending:
+                        _tell(study, trial, told.get(key))
+                        repeats += 1
+                        if repeats >= MAX_REPEATED_PROPOSALS:
+                            unseen = self._unseen_config({**told, **dict.fromkeys(pending)}, rng)
+                            if unseen is None:
+                                exhausted = True
+                                break
+                            study.enqueue_trial(unseen)
+                            repeats = 0
+                        continue
+                    repeats = 0
+                    pending.add(key)
+                    batch.append((trial, values))
+                if not batch:
+                    break
+                results = self._evaluate_batch([v for _, v in batch])
+                for (trial, values), evaluated in zip(batch, results, strict=True):
+                    key = config_key(values)
+                    record = self._trial(values, evaluated)
+                    if record["status"] == FAILED:
+                        told[key] = None
+                    else:
+                        # Untimed (interpreter) runs give TPE no signal: every correct config
+                        # ties.
+                        gm = record["geomean_ms"]
+                        told[key] = gm if gm is not None else 0.0
                     _tell(study, trial, told[key])
-                    repeats += 1
-                    if repeats >= MAX_REPEATED_PROPOSALS:
-                        unseen = self._unseen_config(told, rng)
-                        if unseen is None:
-                            break
-                        study.enqueue_trial(unseen)
-                        repeats = 0
-                    continue
-                repeats = 0
-                record = self._trial(values)
-                if record["status"] == FAILED:
-                    told[key] = None
-                else:
-                    # Untimed (interpreter) runs give TPE no signal: every correct config ties.
-                    told[key] = record["geomean_ms"] if record["geomean_ms"] is not None else 0.0
-                _tell(study, trial, told[key])
         finally:
             optuna.logging.set_verbosity(verbosity)
 
@@ -196,12 +237,12 @@ class Tuner:
 
     # -- one trial ----------------------------------------------------------------------------
 
-    def _trial(self, values: dict[str, KnobValue]) -> TrialRecord:
+    def _trial(self, values: dict[str, KnobValue], evaluated: tuple) -> TrialRecord:
         index = len(self._records)
         source = rewrite(self.source, values)
         started = time.perf_counter()
-        report, failure, reason = self._evaluate(source)
-        self._evaluate_seconds += time.perf_counter() - started
+        report, failure, reason, eval_seconds = evaluated
+        self._evaluate_seconds += eval_seconds
         self._evaluations += 1
         if index == 0:
             self._start_report = report
@@ -227,7 +268,7 @@ class Tuner:
             },
             "retimed": retimed,
             "description": "",
-            "seconds": round(time.perf_counter() - started, 6),
+            "seconds": round(eval_seconds + time.perf_counter() - started, 6),
         }
         record["description"] = _describe(record)
         self._records.append(record)
@@ -318,7 +359,9 @@ class Tuner:
                     "no timings (e.g. the CPU interpreter): configs were checked for "
                     "correctness only and not ranked; best is the first correct config"
                 )
-        minutes = self._evaluate_seconds / 60
+        # Throughput is evaluations over the tuner's wall clock (with several in flight, the
+        # sum of evaluation times would understate it).
+        minutes = (time.perf_counter() - self._wall_started) / 60
         return TuneResult(
             best_source=best_source,
             best_values=dict(best_values),

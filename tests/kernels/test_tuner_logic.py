@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 import pytest
@@ -456,3 +457,62 @@ def test_a_source_without_knobs_is_evaluated_once() -> None:
 
     assert calls == [source]
     assert result.trials[0]["description"] == "(no knobs): 0.5 ms (2.62x eager) kept"
+
+
+# -- several evaluations in flight ------------------------------------------------------------
+
+
+def _concurrency_probe(delay: float = 0.05):
+    """A deterministic evaluate that also records how many calls overlapped."""
+    import threading
+
+    lock = threading.Lock()
+    state = {"now": 0, "max": 0}
+
+    def evaluate(source: str) -> dict:
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(delay)
+        with lock:
+            state["now"] -= 1
+        values = {k.name: k.value for k in parse_knobs(source)}
+        ms = 1.0 + sum(float(v) for v in values.values() if isinstance(v, int)) / 1000
+        return {
+            "verdict": "accepted",
+            "failure": None,
+            "reasons": [],
+            "summary": {"geomean_ms": ms, "noise": 0.001},
+        }
+
+    return evaluate, state
+
+
+PARALLEL_SRC = "A = 1  # tune: 1, 2, 3, 4\nB = 8  # tune: 8, 4, 2\n"
+
+
+def test_parallel_jobs_overlap_evaluations_and_keep_the_same_decisions():
+    evaluate, state = _concurrency_probe()
+    serial = Tuner(PARALLEL_SRC, trials=12, evaluate=evaluate, jobs=1).run()
+    assert state["max"] == 1
+    evaluate, state = _concurrency_probe()
+    parallel = Tuner(PARALLEL_SRC, trials=12, evaluate=evaluate, jobs=4).run()
+    assert state["max"] == 4
+    strip = [(r["index"], r["values"], r["status"]) for r in serial.trials]
+    assert strip == [(r["index"], r["values"], r["status"]) for r in parallel.trials]
+    # B=2 is faster than B=4 by less than the two noises together: B=4 stays.
+    assert parallel.best_values == serial.best_values == {"A": 1, "B": 4}
+
+
+def test_parallel_optuna_never_evaluates_a_config_twice():
+    evaluate, state = _concurrency_probe(delay=0.0)
+    src = "".join(f"K{i} = 1  # tune: 1, 2, 3, 4, 5, 6\n" for i in range(5))
+    result = Tuner(src, trials=40, evaluate=evaluate, jobs=3, seed=1).run()
+    keys = [config_key(r["values"]) for r in result.trials]
+    assert len(keys) == 40 == len(set(keys))
+    assert result.strategy == "optuna"
+
+
+def test_jobs_must_be_positive():
+    with pytest.raises(ValueError, match="jobs"):
+        Tuner(PARALLEL_SRC, trials=1, evaluate=lambda s: {}, jobs=0)
