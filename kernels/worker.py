@@ -1,0 +1,220 @@
+"""The GPU worker: Django-free, one process per GPU, serving the RQ queue `gpu.<kind>`.
+
+    python -m kernels.worker [--redis URL] [--device auto|cuda|interpret] [--name NAME]
+
+It detects its device (CUDA if present, else Triton's CPU interpreter, kind `interpret`),
+measures the ceilings once (cached per device), registers itself in Redis and heartbeats, and
+runs each evaluation job through the harness, returning the JSON report. Jobs run in this
+process (RQ's SimpleWorker: no fork after CUDA is initialised); every candidate still runs in
+its own sandboxed child. Progress (compiling, verifying shape i/n, benchmarking) is appended to
+a Redis stream per search, which the web side forwards to browsers.
+
+Only kernels + rq + redis + torch + triton are needed on a GPU host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import redis
+from rq import Queue, SimpleWorker
+
+from kernels import problems
+from kernels.harness import device as devmod
+from kernels.harness import evaluate
+from kernels.harness.sandbox import Pool
+
+HEARTBEAT_S = 5
+WORKER_TTL_S = 30
+WORKERS_KEY = "autoweb:workers"
+EVENTS_MAXLEN = 10_000
+
+
+def queue_name(kind: str) -> str:
+    return f"gpu.{kind}"
+
+
+def events_key(search_id: int | str) -> str:
+    return f"autoweb:events:{search_id}"
+
+
+def worker_key(name: str) -> str:
+    return f"autoweb:worker:{name}"
+
+
+_pool: Pool | None = None
+_device: str | None = None
+_name: str | None = None
+
+
+def publish(conn: redis.Redis, search_id, event: dict[str, Any]) -> None:
+    """Append one progress event to the search's stream (bounded)."""
+    if search_id is None:
+        return
+    conn.xadd(
+        events_key(search_id),
+        {"data": json.dumps(event, default=str)},
+        maxlen=EVENTS_MAXLEN,
+        approximate=True,
+    )
+
+
+def evaluate_job(
+    *,
+    problem: str,
+    source: str,
+    tier: str = "smoke",
+    search_id: int | None = None,
+    trial_id: int | None = None,
+    budget_s: float = 0.5,
+    baselines_compiled: bool = True,
+    timeout_s: float | None = None,
+) -> dict:
+    """RQ job: evaluate one candidate on this worker's device; returns the harness report.
+
+    Safe to run twice: it has no side effect but the report and progress events; recording
+    the result is the orchestrator's job, and it is idempotent there.
+    """
+    from rq import get_current_job
+
+    job = get_current_job()
+    conn = (
+        job.connection
+        if job is not None
+        else redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    )
+    dev = _device or devmod.resolve("auto")
+
+    def on_event(ev: dict) -> None:
+        publish(conn, search_id, {"type": "trial_phase", "trial": trial_id, **ev, "worker": _name})
+
+    try:
+        prob = problems.load(problem)
+    except problems.ProblemError as e:
+        return _usage_report(problem, str(e), dev)
+    report = evaluate(
+        prob,
+        source,
+        device=dev,
+        tier=tier,
+        on_event=on_event,
+        pool=_pool,
+        budget_s=budget_s,
+        baselines_compiled=baselines_compiled,
+        timeout_s=timeout_s,
+    )
+    report["worker"] = _name
+    return json.loads(json.dumps(report, default=str))  # plain JSON for RQ's serializer
+
+
+def _usage_report(problem: str, why: str, dev: str) -> dict:
+    return {
+        "verdict": "rejected",
+        "failure": "malformed",
+        "reasons": [f"malformed: {why}"],
+        "problem": problem,
+        "device": devmod.info(dev, measure_ceilings=False),
+        "checks": {},
+        "shapes": [],
+        "summary": {},
+        "worker": _name,
+    }
+
+
+def register(conn: redis.Redis, name: str, info: dict) -> None:
+    payload = {
+        **info,
+        "name": name,
+        "heartbeat": time.time(),
+        "pid": os.getpid(),
+        "host": platform.node(),
+    }
+    pipe = conn.pipeline()
+    pipe.set(worker_key(name), json.dumps(payload, default=str), ex=WORKER_TTL_S)
+    pipe.sadd(WORKERS_KEY, name)
+    pipe.execute()
+
+
+def online_workers(conn: redis.Redis) -> list[dict]:
+    """Workers whose heartbeat key has not expired (stale names are pruned)."""
+    out = []
+    for raw in sorted(conn.smembers(WORKERS_KEY)):
+        name = raw.decode() if isinstance(raw, bytes) else raw
+        data = conn.get(worker_key(name))
+        if data is None:
+            conn.srem(WORKERS_KEY, name)
+            continue
+        out.append(json.loads(data))
+    return out
+
+
+def _heartbeat_loop(url: str, name: str, info: dict, stop: threading.Event) -> None:
+    conn = redis.Redis.from_url(url)
+    while not stop.wait(HEARTBEAT_S):
+        with contextlib.suppress(redis.RedisError):  # Redis restarting: next beat re-registers
+            register(conn, name, info)
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _pool, _device, _name
+    ap = argparse.ArgumentParser(prog="python -m kernels.worker", description=__doc__)
+    ap.add_argument("--redis", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
+    ap.add_argument("--name", default=None, help="default: host:gpu<index> or host:interpret")
+    ap.add_argument("--warm", type=int, default=1, help="sandboxes kept started ahead")
+    ap.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    args = ap.parse_args(argv)
+    try:
+        _device = devmod.resolve(args.device)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    info = devmod.info(_device)
+    kind = info["kind"]
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0") if _device == "cuda" else "cpu"
+    _name = args.name or f"{platform.node()}:{'gpu' + gpu if _device == 'cuda' else 'interpret'}"
+    info["queue"] = queue_name(kind)
+    conn = redis.Redis.from_url(args.redis)
+    register(conn, _name, info)
+    stop = threading.Event()
+    threading.Thread(
+        target=_heartbeat_loop, args=(args.redis, _name, info, stop), daemon=True
+    ).start()
+    _pool = Pool(_device, size=args.warm)
+    print(f"worker {_name}: {info['name']} ({kind}) on queue {queue_name(kind)}", flush=True)
+    worker = SimpleWorker(
+        [Queue(queue_name(kind), connection=conn)],
+        connection=conn,
+        name=f"{_name}:{os.getpid()}".replace(":", "-"),
+    )
+
+    def shutdown(*_):
+        stop.set()
+        if _pool is not None:
+            _pool.close()
+
+    signal.signal(signal.SIGTERM, lambda *a: (shutdown(), sys.exit(0)))
+    try:
+        worker.work(burst=args.burst, with_scheduler=False)
+    finally:
+        shutdown()
+        conn.delete(worker_key(_name))
+        conn.srem(WORKERS_KEY, _name)
+    return 0
+
+
+if __name__ == "__main__":
+    # RQ imports jobs as `kernels.worker`; run main() there so the job functions see the
+    # device, pool and name it sets up (not this `__main__` copy of the module).
+    from kernels import worker as _module
+
+    raise SystemExit(_module.main())

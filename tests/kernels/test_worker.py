@@ -1,0 +1,116 @@
+"""The Django-free GPU worker as a real process on real Redis (interpreter device)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+from rq import Queue
+
+from kernels.worker import events_key, online_workers, queue_name, register, worker_key
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = (ROOT / "kernels" / "seeds" / "softmax.py").read_text()
+EXPLOIT = (ROOT / "tests" / "fixtures" / "exploits" / "library_fallback.py").read_text()
+
+
+@pytest.fixture
+def redis_url(worker_id):
+    # One Redis database per xdist worker, emptied around the test.
+    db = 11 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
+    url = f"redis://127.0.0.1:6379/{db}"
+    conn = redis.Redis.from_url(url)
+    try:
+        conn.ping()
+    except redis.RedisError:
+        pytest.skip("no Redis on 127.0.0.1:6379")
+    conn.flushdb()
+    yield url
+    conn.flushdb()
+
+
+def _run_worker(url: str, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "REDIS_URL": url}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kernels.worker",
+            "--device",
+            "interpret",
+            "--burst",
+            "--name",
+            "test-host:interpret",
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_it_evaluates_queued_jobs_and_streams_progress(redis_url):
+    conn = redis.Redis.from_url(redis_url)
+    q = Queue(queue_name("interpret"), connection=conn)
+    good = q.enqueue(
+        "kernels.worker.evaluate_job",
+        kwargs={"problem": "softmax", "source": SEED, "search_id": 7, "trial_id": 1},
+    )
+    bad = q.enqueue(
+        "kernels.worker.evaluate_job",
+        kwargs={"problem": "softmax", "source": EXPLOIT, "search_id": 7, "trial_id": 2},
+    )
+    unknown = q.enqueue(
+        "kernels.worker.evaluate_job",
+        kwargs={"problem": "nope", "source": SEED, "search_id": 7, "trial_id": 3},
+    )
+    proc = _run_worker(redis_url)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    good.refresh()
+    report = good.return_value()
+    assert report["verdict"] == "accepted"
+    assert report["device"]["kind"] == "interpret"
+    assert report["worker"] == "test-host:interpret"
+    bad_report = bad.return_value()
+    assert bad_report["failure"] == "prohibited"
+    assert "library fallback" in " ".join(bad_report["reasons"])
+    assert unknown.return_value()["failure"] == "malformed"
+
+    events = [json.loads(f[b"data"]) for _, f in conn.xrange(events_key(7))]
+    phases = [(e["trial"], e["phase"]) for e in events]
+    assert (1, "compiling") in phases and (1, "verifying") in phases
+    assert any(e.get("of") == 4 for e in events if e["trial"] == 1)
+    # a worker that exits deregisters
+    assert conn.get(worker_key("test-host:interpret")) is None
+
+
+def test_online_workers_are_those_with_a_live_heartbeat(redis_url):
+    conn = redis.Redis.from_url(redis_url)
+    register(conn, "a:gpu0", {"kind": "h200", "queue": "gpu.h200"})
+    register(conn, "b:gpu1", {"kind": "h200", "queue": "gpu.h200"})
+    conn.delete(worker_key("b:gpu1"))  # its heartbeat expired
+    names = [w["name"] for w in online_workers(conn)]
+    assert names == ["a:gpu0"]
+    assert conn.smembers("autoweb:workers") == {b"a:gpu0"}
+
+
+def test_a_bad_device_flag_is_a_usage_error(redis_url):
+    env = {**os.environ, "REDIS_URL": redis_url}
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernels.worker", "--device", "tpu"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "invalid choice" in proc.stderr
