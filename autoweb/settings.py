@@ -97,12 +97,23 @@ DATABASES = {
     "default": parse_database_url(envstr("DATABASE_URL", "sqlite:///var/db.sqlite3"), BASE_DIR)
 }
 _db_name = DATABASES["default"]["NAME"]
-if DATABASES["default"]["ENGINE"].endswith("sqlite3") and _db_name != ":memory:":
-    Path(_db_name).parent.mkdir(parents=True, exist_ok=True)
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The web app, the orchestrator and its tests write from several processes and threads: a
+    # transaction that reads and then writes must take SQLite's write lock up front, or two of
+    # them deadlock and one fails at once with "database is locked" instead of waiting.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("transaction_mode", "IMMEDIATE")
+    if _db_name != ":memory:":
+        Path(_db_name).parent.mkdir(parents=True, exist_ok=True)
+    # A file, not memory: end-to-end tests run the orchestrator and workers as real processes
+    # that must open the same test database.
+    # One file per test process, so parallel test runs never share (or delete) each other's.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-db-{os.getpid()}.sqlite3")}
 
 # --- Redis / RQ -------------------------------------------------------------------------------
 
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
+# A GPU worker counts as online while its last heartbeat is at most this many seconds old.
+AUTOWEB_WORKER_ONLINE_S = envint("AUTOWEB_WORKER_ONLINE_S", 30, minimum=1)
 
 # --- channels ---------------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ def worker_key(name: str) -> str:
 _pool: Pool | None = None
 _device: str | None = None
 _name: str | None = None
+_info: dict[str, Any] = {}
 
 
 def publish(conn: redis.Redis, search_id, event: dict[str, Any]) -> None:
@@ -178,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    info = devmod.info(_device)
+    info = _info
+    info.update(devmod.info(_device))
     kind = info["kind"]
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0") if _device == "cuda" else "cpu"
     _name = args.name or f"{platform.node()}:{'gpu' + gpu if _device == 'cuda' else 'interpret'}"

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Max, Q
+from django.http import Http404
+from django.utils import timezone
+
 from kernels import problems as registry
+from searches import roles
+from searches.models import FAILURES, Search, Trial, Worker
 
 
 @dataclass
@@ -29,3 +39,186 @@ def list_problems() -> ProblemListing:
         except Exception as exc:  # a problem module is user code: any error it raises is shown
             listing.errors.append(f"{name}: {type(exc).__name__}: {exc}")
     return listing
+
+
+# -- searches and trials ----------------------------------------------------------------------
+
+# Columns a list of trials never shows: loading them for 50 rows would move megabytes.
+_HEAVY_TRIAL_FIELDS = ("source", "report", "prompt", "versions")
+MAX_PER_PAGE = 200
+
+
+def search_for_user(user: Any, search_id: Any) -> Search:
+    """The search, for a user allowed to see it: PermissionDenied or Http404 otherwise."""
+    if not roles.is_engineer(user):
+        raise PermissionDenied("Only engineers may see searches.")
+    try:
+        return Search.objects.select_related("idea", "created_by", "incumbent").get(
+            pk=int(search_id)
+        )
+    except (Search.DoesNotExist, TypeError, ValueError):
+        raise Http404(f"No search {search_id}.") from None
+
+
+_get_search_for_user = search_for_user
+
+
+def trial_for_user(user: Any, search_id: Any, index: Any) -> Trial:
+    search = search_for_user(user, search_id)
+    try:
+        return Trial.objects.select_related("search__idea", "parent").get(
+            search=search, index=int(index)
+        )
+    except (Trial.DoesNotExist, TypeError, ValueError):
+        raise Http404(f"No trial {index} in search {search_id}.") from None
+
+
+def running_searches(limit: int = 50) -> list[Search]:
+    """Searches not yet finished or failed, newest first."""
+    return list(
+        Search.objects.filter(status__in=Search.ACTIVE)
+        .select_related("idea", "created_by", "incumbent")
+        .defer(*(f"incumbent__{name}" for name in _HEAVY_TRIAL_FIELDS))
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+def recent_wins(limit: int = 10) -> list[Trial]:
+    """Kept trials, the most recently judged first."""
+    return list(
+        Trial.objects.filter(status=Trial.Status.KEPT)
+        .select_related("search__idea")
+        .defer(*_HEAVY_TRIAL_FIELDS)
+        .order_by("-finished_at", "-id")[:limit]
+    )
+
+
+@dataclass
+class TrialPage:
+    trials: list[Trial]
+    page: int
+    per_page: int
+    total: int
+
+    @property
+    def num_pages(self) -> int:
+        return max(1, math.ceil(self.total / self.per_page))
+
+    @property
+    def has_next(self) -> bool:
+        return self.page < self.num_pages
+
+    @property
+    def has_previous(self) -> bool:
+        return self.page > 1
+
+
+def trials_page(search: Search, page: Any = 1, per_page: int = 50) -> TrialPage:
+    """One page of a search's trials, newest first, in two queries whatever the search's size.
+
+    The rows lack source, report and prompt (deferred): a list that shows one of them would
+    load it row by row; the trial page loads the full row.
+    """
+    per_page = min(max(int(per_page), 1), MAX_PER_PAGE)
+    try:
+        page = max(int(page), 1)
+    except (TypeError, ValueError):
+        page = 1
+    trials = Trial.objects.filter(search=search)
+    total = trials.count()
+    page = min(page, max(1, math.ceil(total / per_page)))
+    start = (page - 1) * per_page
+    rows = list(trials.defer(*_HEAVY_TRIAL_FIELDS).order_by("-index")[start : start + per_page])
+    return TrialPage(trials=rows, page=page, per_page=per_page, total=total)
+
+
+def trials_updated_since(search: Search, since: datetime, limit: int = 200) -> list[Trial]:
+    """Trials changed after `since`, oldest change first: a reconnecting stream catches up."""
+    return list(
+        Trial.objects.filter(search=search, updated_at__gt=since)
+        .defer(*_HEAVY_TRIAL_FIELDS)
+        .order_by("updated_at", "id")[:limit]
+    )
+
+
+def in_flight_trials(search: Search) -> list[Trial]:
+    """Trials proposed but not yet judged, oldest first (what a resumed orchestrator re-checks)."""
+    return list(
+        Trial.objects.filter(search=search)
+        .exclude(status__in=Trial.TERMINAL)
+        .defer("report", "prompt", "versions")
+        .order_by("index")
+    )
+
+
+def trial_history(search: Search) -> list[dict[str, Any]]:
+    """Every trial's knobs and outcome, in order: enough to rebuild the tuner's state."""
+    return list(
+        Trial.objects.filter(search=search)
+        .order_by("index")
+        .values(
+            "id",
+            "index",
+            "status",
+            "failure",
+            "knob_values",
+            "source_sha256",
+            "geomean_ms",
+            "noise",
+        )
+    )
+
+
+def source_seen(search: Search, source: str) -> bool:
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
+    return Trial.objects.filter(search=search, source_sha256=digest).exists()
+
+
+def model_success_rates(search: Search | None = None) -> list[dict[str, Any]]:
+    """Per proposer and model: trials, judged, kept, reverted, failed, success rate, best speedup.
+
+    The success rate is kept / judged; the best speedup is over kept trials (vs eager).
+    """
+    trials = Trial.objects.all() if search is None else Trial.objects.filter(search=search)
+    rows = (
+        trials.values("proposer", "model")
+        .annotate(
+            total=Count("id"),
+            kept=Count("id", filter=Q(status=Trial.Status.KEPT)),
+            reverted=Count("id", filter=Q(status=Trial.Status.REVERTED)),
+            failed=Count("id", filter=Q(status=Trial.Status.FAILED)),
+            best_speedup_eager=Max("speedup_eager", filter=Q(status=Trial.Status.KEPT)),
+        )
+        .order_by("proposer", "model")
+    )
+    out = []
+    for row in rows:
+        judged = row["kept"] + row["reverted"] + row["failed"]
+        out.append(
+            {**row, "judged": judged, "success_rate": row["kept"] / judged if judged else None}
+        )
+    return out
+
+
+def failure_taxonomy(search: Search) -> dict[str, int]:
+    """Failed trials per category, every category present (zeros too), in the harness's order."""
+    counts = dict(
+        Trial.objects.filter(search=search, status=Trial.Status.FAILED)
+        .values_list("failure")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {name: counts.get(name, 0) for name in FAILURES}
+
+
+# -- workers ----------------------------------------------------------------------------------
+
+
+def workers_online(now: datetime | None = None) -> list[Worker]:
+    """Workers whose last heartbeat is within settings.AUTOWEB_WORKER_ONLINE_S."""
+    since = (now or timezone.now()) - Worker.online_window()
+    return list(Worker.objects.filter(last_heartbeat__gte=since).order_by("kind", "name"))
+
+
+def all_workers() -> list[Worker]:
+    return list(Worker.objects.order_by("kind", "name"))

@@ -1,0 +1,43 @@
+"""`manage.py orchestrator`: the Django-aware worker of the `search` queue."""
+
+from __future__ import annotations
+
+import threading
+
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections
+from rq import SimpleWorker
+
+from searches.orchestrator import SWEEP_S, recover, redis_conn, search_queue, sweep
+
+
+class Command(BaseCommand):
+    help = "Serve the `search` queue: drive searches (propose, enqueue, record, keep/revert)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+
+    def handle(self, *args, burst: bool = False, **options):
+        conn = redis_conn()
+        n = recover()
+        self.stdout.write(f"orchestrator: resuming {n} active search(es)", ending="\n")
+        self.stdout.flush()
+        stop = threading.Event()
+        threading.Thread(target=_sweeper, args=(stop,), daemon=True).start()
+        # No fork per job: the loop is light, and Django's connections stay in one process.
+        worker = SimpleWorker([search_queue(conn)], connection=conn)
+        try:
+            worker.work(burst=burst, with_scheduler=False)
+        finally:
+            stop.set()
+
+
+def _sweeper(stop: threading.Event) -> None:
+    """Pick up searches whose loop died with another orchestrator process."""
+    while not stop.wait(SWEEP_S + 1):
+        try:
+            sweep(redis_conn())
+        except Exception:  # Redis or the database restarting: try again next round
+            pass
+        finally:
+            close_old_connections()

@@ -1,0 +1,406 @@
+"""The search loop: propose -> enqueue an evaluation on gpu.<kind> -> record -> keep/revert.
+
+Runs on the `search` RQ queue (a Django-aware worker). Everything it needs is derived from the
+database and the RQ jobs, so it is resumable: kill it mid-search, restart it (`recover()` runs
+at start-up), and the search continues; a trial is recorded before its job is enqueued (after
+the transaction commits), its job id is derived from the trial, and results are recorded
+idempotently, so no trial is lost or counted twice. An evaluation whose worker died is run
+again under a new job id, up to MAX_ATTEMPTS times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import transaction
+from rq import Queue
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.registry import StartedJobRegistry
+
+from kernels.knobs import KnobError
+from kernels.worker import WORKER_TTL_S, events_key, online_workers, queue_name
+from searches import live, services
+from searches.models import Search, StopReason, Trial
+from searches.proposers import Tried, TunerProposer, start_source
+
+log = logging.getLogger(__name__)
+
+SEARCH_QUEUE = "search"
+POLL_S = 0.5
+MAX_ATTEMPTS = 3
+JOB_TIMEOUT_S = 1800
+IN_FLIGHT = (
+    Trial.Status.QUEUED,
+    Trial.Status.COMPILING,
+    Trial.Status.VERIFYING,
+    Trial.Status.BENCHMARKING,
+    Trial.Status.PROPOSED,
+)
+
+
+def redis_conn() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+def search_queue(conn: redis.Redis | None = None) -> Queue:
+    return Queue(SEARCH_QUEUE, connection=conn or redis_conn())
+
+
+def job_id_for(trial: Trial, attempt: int) -> str:
+    return f"autoweb-trial-{trial.pk}-a{attempt}"
+
+
+LEASE_S = 10
+
+
+def lease_key(search_id: int) -> str:
+    return f"autoweb:search-lease:{search_id}"
+
+
+def enqueue_search(search: Search) -> None:
+    """Start (or restart) the loop for a search once the current transaction commits.
+
+    Enqueuing twice is harmless: a loop runs only while it holds the search's lease, which
+    expires LEASE_S after its holder dies, so a restarted loop takes over within seconds.
+    """
+    sid = search.pk
+
+    def go() -> None:
+        search_queue().enqueue(
+            "searches.tasks.run_search", sid, job_timeout=-1, result_ttl=3600, failure_ttl=86400
+        )
+
+    transaction.on_commit(go)
+
+
+def recover() -> int:
+    """Re-enqueue the loop of every active search (orchestrator start-up)."""
+    n = 0
+    for search in Search.objects.filter(status__in=Search.ACTIVE):
+        with transaction.atomic():
+            enqueue_search(search)
+        n += 1
+    return n
+
+
+class Loop:
+    """One search's loop; `step()` is one pass and returns whether to go on."""
+
+    def __init__(self, search_id: int, conn: redis.Redis | None = None) -> None:
+        self.search_id = search_id
+        self.conn = conn or redis_conn()
+        self.cursor_key = f"autoweb:events-cursor:{search_id}"
+        self.token = uuid.uuid4().hex
+
+    def acquire(self, wait_s: float = LEASE_S + 2) -> bool:
+        """Take the search's lease, waiting out a dead holder's; False if a live loop has it."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self.conn.set(lease_key(self.search_id), self.token, nx=True, ex=LEASE_S):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+
+    def renew(self) -> bool:
+        key = lease_key(self.search_id)
+        if self.conn.get(key) != self.token.encode():
+            return False
+        self.conn.expire(key, LEASE_S)
+        return True
+
+    def release(self) -> None:
+        key = lease_key(self.search_id)
+        if self.conn.get(key) == self.token.encode():
+            self.conn.delete(key)
+
+    # -- the pass -----------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        search = Search.objects.select_related("idea").get(pk=self.search_id)
+        if search.status == Search.Status.QUEUED:
+            search = services.begin_search(search=search)
+            live.search_changed(search)
+        if not search.is_active:
+            return False
+        kind = self.kind(search)
+        self.forward_events()
+        self.reconcile(search, kind)
+        search.refresh_from_db()
+        if search.status == Search.Status.RUNNING:
+            reason = services.check_budget(search=search)
+            if reason:
+                search = services.request_stop(search=search, reason=reason)
+                live.search_changed(search)
+        if search.status == Search.Status.STOPPING:
+            if not search.trials.filter(status__in=IN_FLIGHT).exists():
+                search = services.finish_search(search=search, reason=search.stop_reason)
+                live.search_changed(search)
+                return False
+            return True
+        if search.status == Search.Status.RUNNING:
+            self.fill(search, kind)
+        return True
+
+    def kind(self, search: Search) -> str:
+        kinds = search.idea.target_kinds or ["interpret"]
+        return kinds[0]
+
+    def capacity(self, kind: str) -> int:
+        workers = [w for w in online_workers(self.conn) if w.get("kind") == kind]
+        return max(1, len(workers))
+
+    # -- results ------------------------------------------------------------------------------
+
+    def reconcile(self, search: Search, kind: str) -> None:
+        queue = Queue(queue_name(kind), connection=self.conn)
+        StartedJobRegistry(queue=queue).cleanup()  # jobs of dead workers become "failed"
+        for trial in search.trials.filter(status__in=IN_FLIGHT).order_by("index"):
+            if trial.status == Trial.Status.PROPOSED or not trial.job_id:
+                self.enqueue(trial, kind, attempt=trial.attempts + 1)
+                continue
+            job = None
+            try:
+                job = Job.fetch(trial.job_id, connection=self.conn)
+                status = job.get_status(refresh=True)
+            except NoSuchJobError:
+                status = None
+            if status == JobStatus.STARTED and self.worker_died(trial, job):
+                with contextlib.suppress(Exception):  # a stale registry entry; harmless if left
+                    StartedJobRegistry(queue=queue).remove(job)
+                status = JobStatus.STOPPED
+            if status == JobStatus.FINISHED:
+                self.record(trial, job.return_value())
+            elif status in (None, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
+                why = "its job disappeared" if status is None else f"its job {status}"
+                if status == JobStatus.FAILED and job is not None:
+                    exc = (job.latest_result().exc_string if job.latest_result() else "") or ""
+                    why += ": " + exc.strip().splitlines()[-1][:300] if exc.strip() else ""
+                if trial.attempts >= MAX_ATTEMPTS:
+                    trial = services.reject_trial(
+                        trial=trial,
+                        failure="crashed",
+                        reasons=[f"evaluation lost {trial.attempts} times ({why})"],
+                    )
+                    live.trial_changed(trial)
+                else:
+                    log.warning("trial %s: %s; evaluating again", trial.pk, why)
+                    self.enqueue(trial, kind, attempt=trial.attempts + 1)
+
+    def worker_died(self, trial: Trial, job: Job) -> bool:
+        """A started job no live worker's heartbeat names, once heartbeats had time to show it."""
+        if any(w.get("job") == trial.job_id for w in online_workers(self.conn)):
+            return False
+        started = job.started_at
+        if started is None:
+            return False
+        age = time.time() - started.timestamp()
+        return age > WORKER_TTL_S + 5
+
+    def record(self, trial: Trial, report: Any) -> None:
+        if not isinstance(report, dict):
+            trial = services.reject_trial(
+                trial=trial,
+                failure="malformed",
+                reasons=[f"the worker returned no report ({type(report).__name__})"],
+            )
+        else:
+            seconds = (report.get("summary") or {}).get("seconds")
+            seconds = float(seconds) if isinstance(seconds, int | float) and seconds >= 0 else 0.0
+            try:
+                trial = services.record_result(trial=trial, report=report, gpu_seconds=seconds)
+            except services.DomainError as e:
+                trial = services.reject_trial(
+                    trial=trial,
+                    failure="malformed",
+                    reasons=[f"the worker's report was not usable: {e}"],
+                )
+        live.trial_changed(trial)
+        search = trial.search
+        search.refresh_from_db()
+        live.search_changed(search)
+
+    # -- proposals ----------------------------------------------------------------------------
+
+    def fill(self, search: Search, kind: str) -> None:
+        in_flight = search.trials.filter(status__in=IN_FLIGHT).count()
+        room = self.capacity(kind) - in_flight
+        if room <= 0:
+            return
+        try:
+            proposer = TunerProposer(start_source(search.idea), seed=search.seed)
+        except KnobError as e:
+            search = services.fail_search(search=search, reason=f"{StopReason.ERROR}: {e}")
+            live.search_changed(search)
+            return
+        for _ in range(room):
+            tried = [
+                Tried(
+                    values=t.knob_values or {},
+                    geomean_ms=t.geomean_ms,
+                    failed=t.status == Trial.Status.FAILED,
+                    pending=t.status in IN_FLIGHT,
+                )
+                for t in search.trials.only("knob_values", "geomean_ms", "status")
+            ]
+            proposal = proposer.next(tried)
+            if proposal is None:
+                if in_flight == 0:
+                    search = services.request_stop(
+                        search=search, reason="tuner: every knob configuration was tried"
+                    )
+                    live.search_changed(search)
+                return
+            with transaction.atomic():
+                try:
+                    trial = services.record_proposal(
+                        search=search,
+                        source=proposal.source,
+                        parent=search.incumbent,
+                        proposer="tuner",
+                        rationale=proposal.rationale,
+                        knob_values=proposal.knob_values,
+                    )
+                except services.DomainError as e:
+                    log.info("search %s: no proposal recorded: %s", search.pk, e)
+                    return
+                trial = services.screen_trial(trial=trial)
+                if not trial.terminal:
+                    self.enqueue(trial, kind, attempt=1)
+            live.trial_changed(trial)
+            in_flight += 1
+            search.refresh_from_db()
+
+    def enqueue(self, trial: Trial, kind: str, attempt: int) -> None:
+        job_id = job_id_for(trial, attempt)
+        idea = trial.search.idea
+        with transaction.atomic():
+            trial = services.mark_trial_queued(trial=trial, job_id=job_id)
+            kwargs = {
+                "problem": idea.problem,
+                "source": trial.source,
+                "search_id": trial.search_id,
+                "trial_id": trial.pk,
+                "tier": "full" if kind != "interpret" else "smoke",
+            }
+            conn = self.conn
+
+            def go() -> None:
+                Queue(queue_name(kind), connection=conn).enqueue(
+                    "kernels.worker.evaluate_job",
+                    kwargs=kwargs,
+                    job_id=job_id,
+                    job_timeout=JOB_TIMEOUT_S,
+                    result_ttl=86400,
+                    failure_ttl=86400,
+                )
+
+            transaction.on_commit(go)
+        live.trial_changed(trial)
+
+    # -- progress -----------------------------------------------------------------------------
+
+    def forward_events(self) -> None:
+        """Apply workers' progress events to trials and pass them to browsers."""
+        last = self.conn.get(self.cursor_key)
+        last = last.decode() if last else "0-0"
+        entries = self.conn.xrange(events_key(self.search_id), min=f"({last}", count=500)
+        for entry_id, fields in entries:
+            try:
+                event = json.loads(fields[b"data"])
+                trial_id = int(event.get("trial"))
+                phase = event.get("phase")
+            except (KeyError, TypeError, ValueError):
+                continue
+            if phase in Trial.PHASES:
+                trial = Trial.objects.filter(pk=trial_id, search_id=self.search_id).first()
+                if trial is not None and not trial.terminal:
+                    trial = services.mark_trial_phase(trial=trial, phase=phase)
+                    live.trial_changed(trial, event=event)
+            last = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        self.conn.set(self.cursor_key, last, ex=7 * 86400)
+
+
+SLICE_S = 5.0
+MAX_STEP_ERRORS = 10
+SWEEP_S = 5
+
+
+def sweep(conn: redis.Redis) -> int:
+    """Re-enqueue active searches whose loop died (no lease). At most every SWEEP_S seconds
+    across all orchestrators; a duplicate loop job exits at once, so over-enqueuing is safe."""
+    if not conn.set("autoweb:sweep", "1", nx=True, ex=SWEEP_S):
+        return 0
+    n = 0
+    for sid in Search.objects.filter(status__in=Search.ACTIVE).values_list("pk", flat=True):
+        if not conn.exists(lease_key(sid)):
+            search_queue(conn).enqueue(
+                "searches.tasks.run_search", sid, job_timeout=-1, result_ttl=600, failure_ttl=86400
+            )
+            n += 1
+    return n
+
+
+def run_search(search_id: int, *, poll_s: float = POLL_S, slice_s: float | None = SLICE_S) -> str:
+    """Drive one search for a time slice, then hand it back to the queue.
+
+    Slices let a few orchestrator processes serve many searches round-robin; the lease makes
+    sure only one loop drives a search at a time.
+    """
+    loop = Loop(search_id)
+    if not loop.acquire(wait_s=0):
+        return "another loop holds this search"
+    started = time.monotonic()
+    active = True
+    errors = 0
+    try:
+        while True:
+            try:
+                if not loop.renew():
+                    return "lost the lease to another loop"
+                active = loop.step()
+                errors = 0
+            except redis.RedisError as e:  # Redis restarting: the database keeps every trial
+                log.warning("search %s: Redis unavailable (%s); retrying", search_id, e)
+                time.sleep(1.0)
+                continue
+            except Exception as e:
+                errors += 1
+                log.exception("search %s: loop step failed (%d in a row)", search_id, errors)
+                if errors >= MAX_STEP_ERRORS:
+                    search = services.fail_search(
+                        search=Search.objects.get(pk=search_id),
+                        reason=f"the orchestrator failed {errors} times in a row: "
+                        f"{type(e).__name__}: {e}"[:400],
+                    )
+                    live.search_changed(search)
+                    return search.status
+                time.sleep(1.0)
+                continue
+            if not active:
+                break
+            if slice_s is not None and time.monotonic() - started > slice_s:
+                break
+            time.sleep(poll_s)
+    finally:
+        with contextlib.suppress(redis.RedisError):
+            loop.release()
+    if active:
+        with contextlib.suppress(redis.RedisError):
+            search_queue(loop.conn).enqueue(
+                "searches.tasks.run_search",
+                search_id,
+                job_timeout=-1,
+                result_ttl=600,
+                failure_ttl=86400,
+            )
+            sweep(loop.conn)
+    return Search.objects.values_list("status", flat=True).get(pk=search_id)

@@ -1,0 +1,149 @@
+"""A whole search with real processes: the orchestrator (`manage.py orchestrator`), a GPU
+worker of kind `interpret` (`python -m kernels.worker`), real Redis and the test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+
+from kernels.worker import events_key
+from searches import orchestrator, services
+from searches.models import Search, Trial
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def env(worker_id):
+    db = 5 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
+    url = f"redis://127.0.0.1:6379/{db}"
+    conn = redis.Redis.from_url(url)
+    try:
+        conn.ping()
+    except redis.RedisError:
+        pytest.skip("no Redis on 127.0.0.1:6379")
+    conn.flushdb()
+    s = connection.settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        db_url = f"sqlite:///{s['NAME']}"
+    else:
+        host = f"{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}"
+        db_url = f"postgres://{s['USER'] or 'postgres'}@{host}/{s['NAME']}"
+    environ = {
+        **os.environ,
+        "REDIS_URL": url,
+        "DATABASE_URL": db_url,
+        "DJANGO_SETTINGS_MODULE": "autoweb.settings",
+        "PYTHONUNBUFFERED": "1",
+    }
+    procs: list[subprocess.Popen] = []
+
+    def start(*cmd: str) -> subprocess.Popen:
+        p = subprocess.Popen(
+            [sys.executable, *cmd],
+            cwd=ROOT,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        procs.append(p)
+        return p
+
+    yield {"redis": conn, "url": url, "start": start}
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+    conn.flushdb()
+
+
+def _search(settings, redis_url, max_trials=3) -> Search:
+    settings.REDIS_URL = redis_url
+    user = get_user_model().objects.create_user("eng", password="pw")
+    services.grant_role(user=user, role="engineers")
+    idea = services.create_idea(
+        author=user,
+        title="softmax knobs",
+        description="tune the seed",
+        problem="softmax",
+        target_kinds=["interpret"],
+        proposer="tuner",
+        sketch_source="",
+        prohibitions="",
+        max_trials=max_trials,
+        max_gpu_minutes=30,
+        max_wall_minutes=30,
+        max_tokens=None,
+    )
+    with transaction.atomic():
+        search = services.start_search(idea=idea, user=user)
+        orchestrator.enqueue_search(search)
+    return search
+
+
+def _wait(search: Search, until, timeout: float = 300.0) -> Search:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        search.refresh_from_db()
+        if until(search):
+            return search
+        time.sleep(0.5)
+    states = list(search.trials.values_list("index", "status", "job_id", "attempts"))
+    raise AssertionError(f"timed out; search is {search.status}: {search.stop_reason}; {states}")
+
+
+def test_a_tuner_search_runs_to_its_trial_budget(env, settings):
+    search = _search(settings, env["url"], max_trials=3)
+    env["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "e2e:interpret")
+    env["start"]("manage.py", "orchestrator")
+    search = _wait(search, lambda s: s.status == Search.Status.FINISHED)
+
+    trials = list(search.trials.order_by("index"))
+    assert [t.index for t in trials] == [1, 2, 3]
+    assert all(t.terminal for t in trials)
+    assert len({t.source_sha256 for t in trials}) == 3, "no candidate evaluated twice"
+    assert trials[0].status == Trial.Status.KEPT  # the starting kernel becomes the incumbent
+    assert search.incumbent_id == trials[0].pk
+    assert all(t.status in (Trial.Status.REVERTED, Trial.Status.FAILED) for t in trials[1:])
+    assert all(t.report["device"]["kind"] == "interpret" for t in trials)
+    assert search.stop_reason.startswith("budget: trials")
+    assert search.trials_total == 3
+
+
+def test_killing_the_orchestrator_and_a_worker_loses_and_repeats_nothing(env, settings):
+    search = _search(settings, env["url"], max_trials=4)
+    worker = env["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "e2e:a")
+    orch = env["start"]("manage.py", "orchestrator")
+    # Kill the orchestrator as soon as a trial is in flight, and the worker while it evaluates
+    # (its first progress event is in the stream).
+    _wait(search, lambda s: s.trials.exclude(job_id=None).exists(), timeout=120)
+    os.killpg(orch.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while not env["redis"].xlen(events_key(search.pk)):
+        assert time.monotonic() < deadline, "the worker never started evaluating"
+        time.sleep(0.05)
+    os.killpg(worker.pid, signal.SIGKILL)
+    env["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "e2e:b")
+    env["start"]("manage.py", "orchestrator")
+    search = _wait(search, lambda s: s.status == Search.Status.FINISHED, timeout=360)
+
+    trials = list(search.trials.order_by("index"))
+    assert [t.index for t in trials] == [1, 2, 3, 4]
+    assert all(t.terminal for t in trials)
+    assert len({t.source_sha256 for t in trials}) == 4
+    assert search.trials_total == 4
+    assert trials[0].attempts >= 2, "the evaluation cut short by the kill ran again"
+    # On the interpreter the first accepted result becomes the incumbent, whichever it was.
+    kept = [t for t in trials if t.status == Trial.Status.KEPT]
+    assert len(kept) == 1 and search.incumbent_id == kept[0].pk
