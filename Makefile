@@ -23,9 +23,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 run: $(STAMP)
-	$(PY) manage.py migrate --noinput
-	$(PY) -m kernels problems
-	$(PY) -m kernels evaluate --problem softmax --candidate kernels/seeds/softmax.py --device auto
+	$(PY) manage.py up
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -1,0 +1,215 @@
+"""`manage.py up` (what `make run` calls): the whole app in one command.
+
+Migrates, creates (or refreshes) a demo user and prints its login, starts an embedded Redis
+server when REDIS_URL is unset (a real redis-server process on a free port, in a private
+directory, persisting nothing), then daphne (HTTP + websockets), the orchestrator (`search`
+queue) and one local GPU worker (CUDA if present, else Triton's CPU interpreter), starts a
+demo tuner search on softmax, and prints the URL. Ctrl-C stops every process it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+DEMO_USER = "demo"
+DEMO_TITLE = "Demo: tune the softmax seed's knobs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Command(BaseCommand):
+    help = "Start everything: Redis (embedded if REDIS_URL is unset), web, orchestrator, worker."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("AUTOWEB_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
+        parser.add_argument("--no-demo", action="store_true", help="no demo search")
+        parser.add_argument(
+            "--run-for", type=float, default=None, help="stop after this many seconds (tests)"
+        )
+
+    def handle(self, *args, host, port, device, no_demo, run_for, **options):
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.tmp = Path(tempfile.mkdtemp(prefix="autoweb-up-"))
+        signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            self._up(host, port, device, no_demo, run_for)
+        except KeyboardInterrupt:
+            self.stdout.write("\nstopping ...")
+        finally:
+            self._down()
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def _up(self, host, port, device, no_demo, run_for) -> None:
+        env = dict(os.environ)
+        if not os.environ.get("REDIS_URL"):
+            env["REDIS_URL"] = self._embedded_redis()
+        settings.REDIS_URL = env["REDIS_URL"]
+        settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [env["REDIS_URL"]]
+        call_command("migrate", interactive=False, verbosity=0)
+        password = self._demo_user()
+        py = sys.executable
+        manage = str(Path(settings.BASE_DIR) / "manage.py")
+        self._spawn(
+            "web",
+            [py, "-m", "daphne", "-b", host, "-p", str(port), "autoweb.asgi:application"],
+            env,
+        )
+        self._spawn("orchestrator", [py, manage, "orchestrator"], env)
+        self._spawn("worker", [py, "-m", "kernels.worker", "--device", device], env)
+        kind = self._kind(device)
+        if not no_demo:
+            self._demo_search(kind)
+        url = f"http://{host}:{port}/"
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nautoweb is up: {url}\n  login: {DEMO_USER} / {password}\n"
+                f"  redis: {env['REDIS_URL']}\n  worker: {kind}"
+                + (
+                    " (CPU interpreter: correctness only, timings not meaningful)"
+                    if kind == "interpret"
+                    else ""
+                )
+                + "\n  Ctrl-C stops everything.\n"
+            )
+        )
+        started = time.monotonic()
+        while True:
+            for name, p in self.procs:
+                if p.poll() is not None:
+                    raise CommandError(f"{name} exited with code {p.returncode}; see its output")
+            if run_for is not None and time.monotonic() - started > run_for:
+                return
+            time.sleep(0.5)
+
+    def _embedded_redis(self) -> str:
+        exe = shutil.which("redis-server")
+        if not exe:
+            raise CommandError(
+                "REDIS_URL is unset and no redis-server is on PATH: install "
+                "Redis (e.g. apt-get install redis-server) or set REDIS_URL"
+            )
+        port = free_port()
+        self._spawn(
+            "redis",
+            [
+                exe,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.tmp),
+            ],
+            dict(os.environ),
+        )
+        import redis
+
+        url = f"redis://127.0.0.1:{port}/0"
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(url).ping()
+                return url
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise CommandError("the embedded redis-server did not start") from None
+                time.sleep(0.1)
+
+    def _spawn(self, name: str, cmd: list[str], env: dict) -> None:
+        p = subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR, start_new_session=True)
+        self.procs.append((name, p))
+
+    def _demo_user(self) -> str:
+        from searches import services
+
+        User = get_user_model()
+        password = os.environ.get("AUTOWEB_DEMO_PASSWORD") or secrets.token_urlsafe(9)
+        user, _ = User.objects.get_or_create(username=DEMO_USER)
+        user.set_password(password)
+        user.is_staff = True
+        user.save()
+        for role in ("engineers", "reviewers"):
+            services.grant_role(user=user, role=role)
+        return password
+
+    def _kind(self, device: str) -> str:
+        from kernels.harness import device as devmod
+
+        dev = devmod.resolve(device)
+        return "interpret" if dev == "interpret" else devmod.info(dev, False)["kind"]
+
+    def _demo_search(self, kind: str) -> None:
+        from searches import orchestrator, services
+        from searches.models import Idea, Search
+
+        user = get_user_model().objects.get(username=DEMO_USER)
+        if Search.objects.filter(idea__title=DEMO_TITLE, status__in=Search.ACTIVE).exists():
+            return
+        with transaction.atomic():
+            idea = Idea.objects.filter(title=DEMO_TITLE, target_kinds=[kind]).first()
+            if idea is None:
+                idea = services.create_idea(
+                    author=user,
+                    title=DEMO_TITLE,
+                    description="The built-in tuner walks the `# tune:` knobs of the softmax "
+                    "seed kernel; every candidate is verified and benchmarked by the harness.",
+                    problem="softmax",
+                    target_kinds=[kind],
+                    proposer="tuner",
+                    sketch_source="",
+                    prohibitions="",
+                    max_trials=30,
+                    max_gpu_minutes=30,
+                    max_wall_minutes=60,
+                    max_tokens=None,
+                )
+            search = services.start_search(idea=idea, user=user)
+            orchestrator.enqueue_search(search)
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    def _down(self) -> None:
+        # In reverse start order, each waited for: Redis goes last, after its clients.
+        for _, p in reversed(self.procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=5)
+        # Anything a child left behind in its session (sandboxes are their own sessions and
+        # die with their parent's kill; this is the belt and braces).
+        for _, p in self.procs:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(p.pid).kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
