@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels.problems import _rows
+
 SIGNATURE = "kernel(x, weight, bias)"
 DESCRIPTION = (
     "x [M, N], weight [N], bias [N]; y = (x - mean) * rsqrt(var + eps) * weight + bias over the "
@@ -28,21 +30,9 @@ SHAPES_FULL = [
     {"M": 4096, "N": 16384},
     {"M": 4096, "N": 32768},
 ]
-# Interpreter sweep: a single element (output = bias), odd sizes, and a row longer than any
-# BLOCK_N knob value with a ragged tail.
-SHAPES_SMOKE = [
-    {"M": 1, "N": 1},
-    {"M": 37, "N": 1000},
-    {"M": 19, "N": 2500},
-    {"M": 3, "N": 16500},
-]
-DTYPES = {"cuda": torch.bfloat16, "interpret": torch.float32}
-# bf16: the output's own rounding is <= 2^-9 relative; fp32: an fp32 kernel is ~1e-7 off, while
-# one computing in bf16/fp16 is >= 1e-4 off and must fail.
-TOLERANCE = {
-    torch.bfloat16: {"atol": 1e-2, "rtol": 1e-2, "l2": 1e-2},
-    torch.float32: {"atol": 1e-5, "rtol": 1e-5, "l2": 1e-5},
-}
+SHAPES_SMOKE = _rows.SMOKE
+DTYPES = _rows.DTYPES
+TOLERANCE = _rows.TOLERANCE
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

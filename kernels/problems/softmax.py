@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels.problems import _rows
+
 SIGNATURE = "kernel(x)"
 DESCRIPTION = "x [M, N]; softmax over the last dim; output dtype = x.dtype."
 
@@ -22,19 +24,9 @@ SHAPES_FULL = [
     {"M": 4096, "N": 32768},
     {"M": 256, "N": 128256},
 ]
-# Interpreter sweep: a single element, odd sizes, rows crossing program boundaries and a row
-# longer than any single BLOCK knob, so looping kernels cross blocks.
-SHAPES_SMOKE = [
-    {"M": 1, "N": 1},
-    {"M": 37, "N": 1000},
-    {"M": 19, "N": 2500},
-    {"M": 3, "N": 16500},
-]
-DTYPES = {"cuda": torch.bfloat16, "interpret": torch.float32}
-TOLERANCE = {
-    torch.bfloat16: {"atol": 1e-2, "rtol": 1e-2, "l2": 1e-2},
-    torch.float32: {"atol": 1e-5, "rtol": 1e-5, "l2": 1e-5},
-}
+SHAPES_SMOKE = _rows.SMOKE
+DTYPES = _rows.DTYPES
+TOLERANCE = _rows.TOLERANCE
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
