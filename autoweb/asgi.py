@@ -1,4 +1,8 @@
-"""ASGI entry point: Django over http, channels over websockets (consumers come with the web UI)."""
+"""ASGI entry point: Django over http, channels over websockets (routes in autoweb/routing.py).
+
+Websockets check Origin against ALLOWED_HOSTS, then load the session's user; each consumer
+checks login and object access itself.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-websocket_urlpatterns: list = []
+from autoweb.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

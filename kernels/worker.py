@@ -134,6 +134,7 @@ def _usage_report(problem: str, why: str, dev: str) -> dict:
 def register(conn: redis.Redis, name: str, info: dict) -> None:
     payload = {
         **info,
+        "device_name": info.get("name"),  # the device's name; "name" is the worker's
         "name": name,
         "heartbeat": time.time(),
         "pid": os.getpid(),

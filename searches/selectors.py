@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from kernels import problems as registry
 from searches import roles
-from searches.models import FAILURES, Search, Trial, Worker
+from searches.models import FAILURES, Idea, Search, Trial, Worker
 
 
 @dataclass
@@ -222,3 +222,89 @@ def workers_online(now: datetime | None = None) -> list[Worker]:
 
 def all_workers() -> list[Worker]:
     return list(Worker.objects.order_by("kind", "name"))
+
+
+# -- ideas ------------------------------------------------------------------------------------
+
+
+def idea_for_user(user: Any, idea_id: Any) -> Idea:
+    """The idea, for a user allowed to see it: PermissionDenied or Http404 otherwise."""
+    if not roles.is_engineer(user):
+        raise PermissionDenied("Only engineers may see ideas.")
+    try:
+        return Idea.objects.select_related("author").get(pk=int(idea_id))
+    except (Idea.DoesNotExist, TypeError, ValueError):
+        raise Http404(f"No idea {idea_id}.") from None
+
+
+@dataclass
+class IdeaPage:
+    ideas: list[Idea]
+    page: int
+    per_page: int
+    total: int
+
+    @property
+    def num_pages(self) -> int:
+        return max(1, math.ceil(self.total / self.per_page))
+
+    @property
+    def has_next(self) -> bool:
+        return self.page < self.num_pages
+
+    @property
+    def has_previous(self) -> bool:
+        return self.page > 1
+
+
+def ideas_page(page: Any = 1, per_page: int = 50) -> IdeaPage:
+    """One page of ideas, newest first, each with its number of searches."""
+    try:
+        page = max(int(page), 1)
+    except (TypeError, ValueError):
+        page = 1
+    total = Idea.objects.count()
+    page = min(page, max(1, math.ceil(total / per_page)))
+    start = (page - 1) * per_page
+    rows = list(
+        Idea.objects.select_related("author")
+        .defer("description", "sketch_source", "prohibitions")
+        .annotate(n_searches=Count("searches"))
+        .order_by("-created_at", "-id")[start : start + per_page]
+    )
+    return IdeaPage(ideas=rows, page=page, per_page=per_page, total=total)
+
+
+def searches_of_idea(idea: Idea, limit: int = 100) -> list[Search]:
+    return list(
+        Search.objects.filter(idea=idea)
+        .select_related("incumbent")
+        .defer(*(f"incumbent__{name}" for name in _HEAVY_TRIAL_FIELDS))
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+# -- problems ---------------------------------------------------------------------------------
+
+
+def problem_detail(name: Any) -> dict[str, Any]:
+    """Everything the problem page shows; Http404 for a name not in the registry."""
+    try:
+        known = registry.names()
+    except registry.ProblemError as exc:
+        raise Http404(str(exc)) from None
+    if name not in known:
+        raise Http404(f"No problem {name!r}.")
+    try:
+        problem = registry.load(name)
+        data = problem.to_dict()
+    except Exception as exc:  # a problem module is user code: show whatever it raised
+        return {"name": name, "error": f"{type(exc).__name__}: {exc}"}
+    data["reference_source"] = problem.reference_source()
+    data["seed_source"] = problem.seed_path.read_text() if problem.seed_path.is_file() else ""
+    data["tolerances"] = {
+        str(dtype).replace("torch.", ""): dict(tol)
+        for dtype, tol in problem.module.TOLERANCE.items()
+    }
+    data["shape_rows"] = {tier: problem.shapes(tier) for tier in ("smoke", "full")}
+    return data

@@ -7,4 +7,16 @@ from searches import views
 app_name = "searches"
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("ideas/", views.idea_list, name="ideas"),
+    path("ideas/new", views.idea_new, name="idea_new"),
+    path("ideas/<int:pk>", views.idea_detail, name="idea"),
+    path("ideas/<int:pk>/start", views.idea_start, name="idea_start"),
+    path("searches/<int:pk>", views.search_detail, name="search"),
+    path("searches/<int:pk>/pause", views.search_pause, name="search_pause"),
+    path("searches/<int:pk>/resume", views.search_resume, name="search_resume"),
+    path("searches/<int:pk>/stop", views.search_stop, name="search_stop"),
+    path("searches/<int:pk>/trials/<int:index>", views.trial_detail, name="trial"),
+    path("problems", views.problem_list, name="problems"),
+    path("problems/<str:name>", views.problem_detail, name="problem"),
+    path("workers", views.workers, name="workers"),
 ]

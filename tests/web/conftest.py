@@ -52,3 +52,49 @@ def queued_search(idea, engineer) -> Search:
 def search(queued_search) -> Search:
     """A running search."""
     return services.begin_search(search=queued_search)
+
+
+# -- pages: Redis, clients, trials -------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_url(settings, worker_id):
+    """settings.REDIS_URL on a Redis database of its own (9, 10... per xdist worker), flushed."""
+    import redis
+
+    db = 9 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
+    url = f"redis://127.0.0.1:6379/{db}"
+    conn = redis.Redis.from_url(url)
+    try:
+        conn.ping()
+    except redis.RedisError:
+        pytest.skip("no Redis on 127.0.0.1:6379")
+    conn.flushdb()
+    settings.REDIS_URL = url
+    yield conn
+    conn.flushdb()
+    conn.close()
+
+
+@pytest.fixture
+def dead_redis(settings):
+    """settings.REDIS_URL pointing at a port nothing listens on."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    return settings.REDIS_URL
+
+
+@pytest.fixture
+def engineer_client(client, engineer):
+    client.force_login(engineer)
+    return client
+
+
+@pytest.fixture
+def outsider_client(client, outsider):
+    client.force_login(outsider)
+    return client

@@ -1,0 +1,102 @@
+"""The idea form. It parses what the browser sent; `services.create_idea` decides what is valid
+(the sketch's syntax, contract and imports, the budgets' caps) and its errors land on the same
+fields, so the user sees every mistake next to what they typed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from searches.models import MAX_GPU_MINUTES_CAP, MAX_TRIALS_CAP, MAX_WALL_MINUTES_CAP, TUNER
+
+# GPU kinds offered even when no worker of that kind is online (the search then waits for one).
+KNOWN_KINDS = ("interpret", "h200", "h100", "b200", "a100", "l40s")
+KIND_LABELS = {"interpret": "interpret (CPU, correctness only)"}
+PROPOSERS = [(TUNER, "Built-in tuner (searches the sketch's # tune: knobs)")]
+
+
+def kind_choices(online_kinds: Iterable[str] = ()) -> list[tuple[str, str]]:
+    kinds = list(KNOWN_KINDS) + sorted(set(online_kinds) - set(KNOWN_KINDS))
+    online = set(online_kinds)
+    return [(k, KIND_LABELS.get(k, k) + (" · online" if k in online else "")) for k in kinds]
+
+
+class IdeaForm(forms.Form):
+    title = forms.CharField(max_length=200)
+    description = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6}),
+        help_text="Markdown. What to try and why.",
+    )
+    problem = forms.ChoiceField(
+        error_messages={"invalid_choice": "Unknown problem %(value)s: choose one from the list."},
+    )
+    target_kinds = forms.MultipleChoiceField(
+        label="Target GPU kinds",
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={
+            "required": "Choose at least one target GPU kind.",
+            "invalid_choice": "%(value)s is not a GPU kind offered here.",
+        },
+    )
+    proposer = forms.ChoiceField(choices=PROPOSERS, initial=TUNER)
+    max_trials = forms.IntegerField(
+        label="Max trials", min_value=1, max_value=MAX_TRIALS_CAP, initial=50
+    )
+    max_gpu_minutes = forms.IntegerField(
+        label="Max GPU minutes", min_value=1, max_value=MAX_GPU_MINUTES_CAP, initial=30
+    )
+    max_wall_minutes = forms.IntegerField(
+        label="Max wall-clock minutes", min_value=1, max_value=MAX_WALL_MINUTES_CAP, initial=60
+    )
+    sketch_source = forms.CharField(
+        label="Kernel sketch",
+        required=False,
+        strip=False,  # the user's code, exactly as typed
+        widget=forms.Textarea(attrs={"rows": 16, "spellcheck": "false", "class": "code"}),
+        help_text=(
+            "Optional. A candidate file defining kernel(...) with the problem's signature; "
+            "mark tunable constants, e.g. BLOCK_N = 1024  # tune: 512, 1024, 2048."
+        ),
+    )
+    prohibitions = forms.CharField(
+        label="Extra prohibitions",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One per line, e.g. no fp16 accumulation.",
+    )
+
+    def __init__(
+        self, *args: Any, problems: Iterable[str] = (), online_kinds: Iterable[str] = (), **kw: Any
+    ) -> None:
+        super().__init__(*args, **kw)
+        self.fields["problem"].choices = [(name, name) for name in problems]
+        self.fields["target_kinds"].choices = kind_choices(online_kinds)
+
+    def add_domain_error(self, error: ValidationError) -> None:
+        """Put a DomainError's messages on the fields they name (the rest above the form)."""
+        if not hasattr(error, "error_dict"):
+            self.add_error(None, error)
+            return
+        for name, messages in error.message_dict.items():
+            self.add_error(name if name in self.fields else None, messages)
+
+    def idea_kwargs(self) -> dict[str, Any]:
+        """The cleaned data as `services.create_idea` takes it."""
+        data = self.cleaned_data
+        return {
+            "title": data["title"],
+            "description": data["description"],
+            "problem": data["problem"],
+            "target_kinds": list(data["target_kinds"]),
+            "proposer": data["proposer"],
+            "sketch_source": data["sketch_source"],
+            "prohibitions": data["prohibitions"],
+            "max_trials": data["max_trials"],
+            "max_gpu_minutes": data["max_gpu_minutes"],
+            "max_wall_minutes": data["max_wall_minutes"],
+            "max_tokens": None,
+        }
