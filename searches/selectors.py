@@ -93,9 +93,8 @@ def recent_wins(limit: int = 10) -> list[Trial]:
     )
 
 
-@dataclass
-class TrialPage:
-    trials: list[Trial]
+@dataclass(kw_only=True)
+class _Page:
     page: int
     per_page: int
     total: int
@@ -111,6 +110,11 @@ class TrialPage:
     @property
     def has_previous(self) -> bool:
         return self.page > 1
+
+
+@dataclass(kw_only=True)
+class TrialPage(_Page):
+    trials: list[Trial]
 
 
 def trials_page(search: Search, page: Any = 1, per_page: int = 50) -> TrialPage:
@@ -237,24 +241,9 @@ def idea_for_user(user: Any, idea_id: Any) -> Idea:
         raise Http404(f"No idea {idea_id}.") from None
 
 
-@dataclass
-class IdeaPage:
+@dataclass(kw_only=True)
+class IdeaPage(_Page):
     ideas: list[Idea]
-    page: int
-    per_page: int
-    total: int
-
-    @property
-    def num_pages(self) -> int:
-        return max(1, math.ceil(self.total / self.per_page))
-
-    @property
-    def has_next(self) -> bool:
-        return self.page < self.num_pages
-
-    @property
-    def has_previous(self) -> bool:
-        return self.page > 1
 
 
 def ideas_page(page: Any = 1, per_page: int = 50) -> IdeaPage:
