@@ -318,21 +318,21 @@ def _evaluate(
                 _on_verified(run, msg, out_root)
             elif t == "want_gpu" and msg.get("shared"):
                 if lock is None:
-                    lock = sandbox.GpuLock(_gpu_key(), shared=True).acquire()
+                    lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
                 child.send({"go": True})
             elif t == "want_gpu":
                 go = not run.failures
                 if go:
                     if lock is not None:
                         lock.release()
-                    lock = sandbox.GpuLock(_gpu_key()).acquire()
+                    lock = sandbox.GpuLock(sandbox.gpu_key()).acquire()
                 child.send({"go": go})
             elif t == "timed":
                 _on_timed(run, msg, out_root, dinfo, len(sources))
             elif t == "gpu_done":
                 if lock is not None:
                     lock.release()
-                lock = sandbox.GpuLock(_gpu_key(), shared=True).acquire()
+                lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
             elif t == "profiled":
                 run.notes.append("profiled")
             elif t == "done":
@@ -394,10 +394,6 @@ def _evaluate(
         "peak_rss_mb": round(child.peak_rss / 2**20, 1),
     }
     return report
-
-
-def _gpu_key() -> str:
-    return sandbox.gpu_key()
 
 
 def _on_verified(run: _Run, msg: dict, root: Path) -> None:
