@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -17,3 +19,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+# The Redis server the suite uses: AUTOWEB_TEST_REDIS=host:port lets two checkouts run their suites
+# side by side, each against its own server; databases within it are chosen per module and worker.
+TEST_REDIS = os.environ.get("AUTOWEB_TEST_REDIS", "127.0.0.1:6379")
+
+
+def test_redis_url(db: int) -> str:
+    return f"redis://{TEST_REDIS}/{db}"
+
+
+test_redis_url.__test__ = False  # a helper, not a test

@@ -13,6 +13,7 @@ import redis
 from rq import Queue
 
 from kernels.worker import events_key, online_workers, queue_name, register, worker_key
+from tests.conftest import test_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = (ROOT / "kernels" / "seeds" / "softmax.py").read_text()
@@ -23,12 +24,12 @@ EXPLOIT = (ROOT / "tests" / "fixtures" / "exploits" / "library_fallback.py").rea
 def redis_url(worker_id):
     # One Redis database per xdist worker, emptied around the test.
     db = 11 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
-    url = f"redis://127.0.0.1:6379/{db}"
+    url = test_redis_url(db)
     conn = redis.Redis.from_url(url)
     try:
         conn.ping()
     except redis.RedisError:
-        pytest.skip("no Redis on 127.0.0.1:6379")
+        pytest.skip(f"no Redis on {url}")
     conn.flushdb()
     yield url
     conn.flushdb()

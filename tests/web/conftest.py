@@ -9,6 +9,7 @@ import pytest
 from searches import services
 from searches.models import Search
 from searches.roles import ENGINEERS, REVIEWERS
+from tests.conftest import test_redis_url
 from tests.web.domain import idea_kwargs
 
 
@@ -63,12 +64,12 @@ def redis_url(settings, worker_id):
     import redis
 
     db = 9 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
-    url = f"redis://127.0.0.1:6379/{db}"
+    url = test_redis_url(db)
     conn = redis.Redis.from_url(url)
     try:
         conn.ping()
     except redis.RedisError:
-        pytest.skip("no Redis on 127.0.0.1:6379")
+        pytest.skip(f"no Redis on {url}")
     conn.flushdb()
     settings.REDIS_URL = url
     yield conn

@@ -18,11 +18,12 @@ from django.db import connections
 from django.test import Client
 
 from searches import live, services
+from tests.conftest import test_redis_url
 from tests.web.domain import idea_kwargs, propose
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-REDIS_URL = "redis://127.0.0.1:6379/8"
+REDIS_URL = test_redis_url(8)
 PREFIX = f"autoweb-test-live-browser-{os.getpid()}"
 CHROMIUM = "/usr/bin/chromium"
 

@@ -22,11 +22,12 @@ from autoweb.asgi import application
 from searches import consumers, live, services
 from searches.consumers import NEWEST
 from searches.models import Search, Trial
+from tests.conftest import test_redis_url
 from tests.web.domain import idea_kwargs, propose
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
 
-REDIS_URL = "redis://127.0.0.1:6379/8"
+REDIS_URL = test_redis_url(8)
 # One prefix per test process: parallel runs (xdist) number their searches from 1 too.
 PREFIX = f"autoweb-test-live-{os.getpid()}"
 ORIGIN = "http://localhost"

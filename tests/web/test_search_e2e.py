@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from kernels.worker import events_key
 from searches import orchestrator, services
 from searches.models import Search, Trial
+from tests.conftest import test_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,12 +27,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def env(worker_id):
     db = 5 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
-    url = f"redis://127.0.0.1:6379/{db}"
+    url = test_redis_url(db)
     conn = redis.Redis.from_url(url)
     try:
         conn.ping()
     except redis.RedisError:
-        pytest.skip("no Redis on 127.0.0.1:6379")
+        pytest.skip(f"no Redis on {url}")
     conn.flushdb()
     s = connection.settings_dict
     if s["ENGINE"].endswith("sqlite3"):
