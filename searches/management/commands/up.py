@@ -3,8 +3,9 @@
 Migrates, creates (or refreshes) a demo user and prints its login, starts an embedded Redis
 server when REDIS_URL is unset (a real redis-server process on a free port, in a private
 directory, persisting nothing), then daphne (HTTP + websockets), the orchestrator (`search`
-queue) and one local GPU worker (CUDA if present, else Triton's CPU interpreter), starts a
-demo tuner search on softmax, and prints the URL. Ctrl-C stops every process it started.
+queue) and the local GPU workers (CUDA if present: one per visible GPU, each pinned to its GPU
+with CUDA_VISIBLE_DEVICES; else one on Triton's CPU interpreter), starts a demo tuner search
+on softmax, and prints the URL. Ctrl-C stops every process it started.
 """
 
 from __future__ import annotations
@@ -45,12 +46,27 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("AUTOWEB_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=None,
+            help="GPU worker processes (default: one per visible CUDA GPU, else 1); with more "
+            "workers than GPUs they share GPUs round-robin",
+        )
+        parser.add_argument(
+            "--orchestrators", type=int, default=1, help="orchestrator processes (default 1)"
+        )
         parser.add_argument("--no-demo", action="store_true", help="no demo search")
         parser.add_argument(
             "--run-for", type=float, default=None, help="stop after this many seconds (tests)"
         )
 
-    def handle(self, *args, host, port, device, no_demo, run_for, **options):
+    def handle(self, *args, host, port, device, workers, orchestrators, no_demo, run_for, **opts):
+        if workers is not None and workers < 1:
+            raise CommandError("--workers must be at least 1")
+        if orchestrators < 1:
+            raise CommandError("--orchestrators must be at least 1")
+        self.n_workers, self.n_orchestrators = workers, orchestrators
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.tmp = Path(tempfile.mkdtemp(prefix="autoweb-up-"))
         signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -78,16 +94,17 @@ class Command(BaseCommand):
             [py, "-m", "daphne", "-b", host, "-p", str(port), "autoweb.asgi:application"],
             env,
         )
-        self._spawn("orchestrator", [py, manage, "orchestrator"], env)
-        self._spawn("worker", [py, "-m", "kernels.worker", "--device", device], env)
+        for i in range(self.n_orchestrators):
+            self._spawn(f"orchestrator{i}", [py, manage, "orchestrator"], env)
         kind = self._kind(device)
+        names = self._spawn_workers(py, device, kind, env)
         if not no_demo:
             self._demo_search(kind)
         url = f"http://{host}:{port}/"
         self.stdout.write(
             self.style.SUCCESS(
                 f"\nautoweb is up: {url}\n  login: {DEMO_USER} / {password}\n"
-                f"  redis: {env['REDIS_URL']}\n  worker: {kind}"
+                f"  redis: {env['REDIS_URL']}\n  workers: {', '.join(names)} ({kind})"
                 + (
                     " (CPU interpreter: correctness only, timings not meaningful)"
                     if kind == "interpret"
@@ -142,6 +159,38 @@ class Command(BaseCommand):
                 if time.monotonic() > deadline:
                     raise CommandError("the embedded redis-server did not start") from None
                 time.sleep(0.1)
+
+    def _spawn_workers(self, py: str, device: str, kind: str, env: dict) -> list[str]:
+        """One worker per visible GPU by default, each pinned with CUDA_VISIBLE_DEVICES."""
+        if kind == "interpret":
+            gpus: list[str | None] = [None]
+        else:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if visible:
+                gpus = [g.strip() for g in visible.split(",") if g.strip()]
+            else:
+                import torch
+
+                gpus = [str(i) for i in range(torch.cuda.device_count())]
+        n = self.n_workers or len(gpus)
+        host = socket.gethostname()
+        names = []
+        for i in range(n):
+            gpu = gpus[i % len(gpus)]
+            wenv = dict(env)
+            if gpu is None:
+                name = f"{host}:interpret" + (f".{i}" if n > 1 else "")
+            else:
+                wenv["CUDA_VISIBLE_DEVICES"] = gpu
+                name = f"{host}:gpu{gpu}" + (f".{i // len(gpus)}" if n > len(gpus) else "")
+            dev = "interpret" if gpu is None else "cuda"
+            self._spawn(
+                f"worker {name}",
+                [py, "-m", "kernels.worker", "--device", dev, "--name", name],
+                wenv,
+            )
+            names.append(name)
+        return names
 
     def _spawn(self, name: str, cmd: list[str], env: dict) -> None:
         p = subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR, start_new_session=True)
