@@ -92,9 +92,10 @@ def test_up_serves_the_app_runs_a_demo_search_and_stops_every_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_up_starts_as_many_workers_as_asked_each_named_and_registered(tmp_path):
+def test_up_starts_as_many_workers_as_asked_and_restarts_one_that_dies(tmp_path):
     """`--workers 2` (on a GPU host: one per GPU by default) gives two named workers, both
-    heart-beating in Redis, and two orchestrators with `--orchestrators 2`."""
+    heart-beating in Redis, and two orchestrators with `--orchestrators 2`; a worker killed
+    with SIGKILL is started again under the same name, and the app stays up."""
     import re
 
     import redis
@@ -127,6 +128,18 @@ def test_up_starts_as_many_workers_as_asked_each_named_and_registered(tmp_path):
                 break
         workers = [p for p in _descendants(proc.pid) if "kernels.worker" in _cmd(p)]
         orchestrators = [p for p in _descendants(proc.pid) if _cmd(p).endswith("orchestrator")]
+        victim = workers[0]
+        victim_name = _cmd(victim).split("--name ")[1].split()[0]
+        os.kill(victim, 9)
+        replaced = []
+        while time.monotonic() < deadline and not replaced:
+            replaced = [
+                p
+                for p in _descendants(proc.pid)
+                if f"--name {victim_name}" in _cmd(p) and p != victim
+            ]
+            time.sleep(0.3)
+        still_up = proc.poll() is None
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=60)
@@ -135,6 +148,9 @@ def test_up_starts_as_many_workers_as_asked_each_named_and_registered(tmp_path):
         "".join(lines) + out
     )[-3000:]
     assert len(workers) == 2 and len(orchestrators) == 2
+    assert replaced, "the killed worker was not started again"
+    assert still_up, out[-3000:]
+    assert f"worker {victim_name} exited with code -9; restarting it" in out
 
 
 def _cmd(pid: int) -> str:

@@ -30,6 +30,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 DEMO_USER = "demo"
+RESTARTS_MAX = 5
+RESTARTS_WINDOW_S = 60.0
 DEMO_TITLE = "Demo: tune the softmax seed's knobs"
 
 
@@ -68,6 +70,8 @@ class Command(BaseCommand):
             raise CommandError("--orchestrators must be at least 1")
         self.n_workers, self.n_orchestrators = workers, orchestrators
         self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.specs: dict[str, tuple[list[str], dict]] = {}
+        self.restarts: dict[str, list[float]] = {}
         self.tmp = Path(tempfile.mkdtemp(prefix="autoweb-up-"))
         signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
         try:
@@ -115,9 +119,9 @@ class Command(BaseCommand):
         )
         started = time.monotonic()
         while True:
-            for name, p in self.procs:
+            for i, (name, p) in enumerate(self.procs):
                 if p.poll() is not None:
-                    raise CommandError(f"{name} exited with code {p.returncode}; see its output")
+                    self.procs[i] = (name, self._restart(name, p.returncode))
             if run_for is not None and time.monotonic() - started > run_for:
                 return
             time.sleep(0.5)
@@ -195,6 +199,25 @@ class Command(BaseCommand):
     def _spawn(self, name: str, cmd: list[str], env: dict) -> None:
         p = subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR, start_new_session=True)
         self.procs.append((name, p))
+        self.specs[name] = (cmd, env)
+
+    def _restart(self, name: str, code: int) -> subprocess.Popen:
+        """Workers and orchestrators are restarted when they die (their work is recovered from
+        Redis and the database); Redis or the web server dying stops everything, as does a
+        process that keeps dying (RESTARTS_MAX times within RESTARTS_WINDOW_S)."""
+        if not name.startswith(("worker", "orchestrator")):
+            raise CommandError(f"{name} exited with code {code}; see its output")
+        now = time.monotonic()
+        recent = [t for t in self.restarts.get(name, []) if now - t < RESTARTS_WINDOW_S]
+        if len(recent) >= RESTARTS_MAX:
+            raise CommandError(
+                f"{name} exited with code {code}, {len(recent)} times in "
+                f"{RESTARTS_WINDOW_S:.0f} s; see its output"
+            )
+        self.restarts[name] = [*recent, now]
+        self.stderr.write(f"{name} exited with code {code}; restarting it")
+        cmd, env = self.specs[name]
+        return subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR, start_new_session=True)
 
     def _demo_user(self) -> str:
         from searches import services
