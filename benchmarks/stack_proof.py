@@ -83,8 +83,10 @@ class App:
                 print("  up|", line.rstrip(), flush=True)
 
     def wait_ready(self, timeout: float) -> None:
-        if not self.ready.wait(timeout):
-            raise SystemExit("the app did not come up:\n" + "".join(self.tail[-40:]))
+        deadline = time.monotonic() + timeout
+        while not self.ready.wait(0.5):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the app did not come up:\n" + "".join(self.tail[-40:]))
 
     def workers(self) -> list[tuple[int, str]]:
         import psutil
