@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             ],
             trials=len(trials),
             terminal=len(terminal),
-            lost=len(trials) - len(terminal),
+            # Not judged when the run ended: in flight at a time limit, or lost if none was hit.
+            unfinished=len(trials) - len(terminal),
             duplicates=dupes,
             retried=sum(1 for t in trials if t.attempts > 1),
             by_worker=by_worker,
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(result, indent=1, default=str))
     ok = (
         not result.get("timed_out")
-        and result.get("lost") == 0
+        and result.get("unfinished") == 0
         and result.get("duplicates") == 0
         and all(s["status"] == "finished" for s in result.get("searches", []))
     )
