@@ -51,7 +51,7 @@ def _layout(title: str, **extra: Any) -> dict[str, Any]:
         "font": _FONT,
         "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
         "hovermode": "closest",
-        "legend": {"orientation": "h", "y": -0.2},
+        "legend": {"font": {"size": 11}},
         "paper_bgcolor": "#ffffff",
         "plot_bgcolor": "#ffffff",
         "meta": {"empty": False},
@@ -92,11 +92,15 @@ def _note(
     }
 
 
+SPEEDUP_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+
 def _speedup_axis(title: str = SPEEDUP_TITLE, **extra: Any) -> dict[str, Any]:
     axis = {
         "title": {"text": title},
         "type": "log",
         "ticksuffix": "×",
+        "tickvals": list(SPEEDUP_TICKS),
         "gridcolor": "#eef0f3",
         "zeroline": False,
     }
@@ -290,7 +294,8 @@ def shape_heatmap(
         "zmin": -bound,
         "zmax": bound,
         "zmid": 0,
-        "colorscale": "RdBu",
+        # Slower red, 1× white, faster green (the verdict colours).
+        "colorscale": [[0, "#b2182b"], [0.5, "#f7f7f7"], [1, "#1a7f37"]],
         "colorbar": {
             "title": {"text": "vs eager"},
             "tickvals": ticks,
@@ -374,7 +379,13 @@ def search_progress(trials: Sequence[dict[str, Any]], *, limit: int = MAX_POINTS
         annotations.append(_note(_decimation_note(len(shown), dropped)))
     layout = _layout(
         title,
-        xaxis={"title": {"text": "trial"}, "gridcolor": "#eef0f3", "zeroline": False},
+        # Drawn under the strip, so the ticks do not cross the failed trials.
+        xaxis={
+            "title": {"text": "trial"},
+            "gridcolor": "#eef0f3",
+            "zeroline": False,
+            "anchor": "y2",
+        },
         yaxis=_speedup_axis("speedup vs eager (×, log)", domain=[0.3, 1]),
         yaxis2={
             "domain": [0, 0.22],
@@ -534,7 +545,7 @@ def roofline(
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": f"roof: copy {bw:,.0f} GB/s, bf16 matmul {peak:,.0f} TFLOP/s",
+                "name": "measured roof",
                 "x": [lo, ridge, hi],
                 "y": [lo * bw / 1e3, peak, peak],
                 "line": {"color": "#1c2330", "width": 2},
@@ -543,6 +554,8 @@ def roofline(
         )
     else:
         annotations.append(_note(f"Ceilings not measured on {kind}: no roof drawn."))
+    if bw and peak:
+        annotations.append(_note(f"roof: copy {bw:,.0f} GB/s, bf16 matmul {peak:,.0f} TFLOP/s"))
     problems = sorted({p["problem"] for p in shown})
     for problem in problems:
         rows = [p for p in shown if p["problem"] == problem]
@@ -578,11 +591,15 @@ def roofline(
             )
         )
     if dropped:
-        annotations.append(_note(_decimation_note(len(shown), dropped, "candidates")))
+        annotations.append(_note(_decimation_note(len(shown), dropped, "candidates"), y=1.12))
     layout = _layout(
         title,
-        xaxis={"title": {"text": "arithmetic intensity (FLOP/byte, log)"}, "type": "log"},
-        yaxis={"title": {"text": "achieved TFLOP/s (log)"}, "type": "log"},
+        xaxis={
+            "title": {"text": "arithmetic intensity (FLOP/byte, log)"},
+            "type": "log",
+            "dtick": 1,
+        },
+        yaxis={"title": {"text": "achieved TFLOP/s (log)"}, "type": "log", "dtick": 1},
         annotations=annotations,
         height=420,
     )

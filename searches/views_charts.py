@@ -25,6 +25,7 @@ class Chart:
 
     key: str
     figure: dict[str, Any]
+    wide: bool = False  # spans the whole row of a chart grid
 
     @property
     def empty(self) -> bool:
@@ -87,7 +88,7 @@ def failure_charts(key: str, search: Search | None = None, kind: str | None = No
 
 def search_charts_for(search: Search) -> list[Chart]:
     return [
-        Chart("progress", charts.search_progress(chart_data.progress_rows(search))),
+        Chart("progress", charts.search_progress(chart_data.progress_rows(search)), wide=True),
         Chart(
             "burndown",
             charts.budget_burndown(search.budget(), chart_data.burndown_events(search)),
