@@ -73,6 +73,7 @@ def speedup_charts(kinds: list[str]) -> list[Chart]:
         Chart(
             f"speedup-{_kind_key(kind)}",
             charts.speedup_by_problem(kind, found.get(kind, []), released.get(kind, [])),
+            wide=True,
         )
         for kind in timed
     ]
