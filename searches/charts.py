@@ -47,9 +47,17 @@ _FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "si
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
     layout: dict[str, Any] = {
-        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 14}},
+        # The title at the top of the box; notes (`_note`) sit between it and the plot.
+        "title": {
+            "text": title,
+            "x": 0,
+            "xanchor": "left",
+            "y": 0.98,
+            "yanchor": "top",
+            "font": {"size": 14},
+        },
         "font": _FONT,
-        "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+        "margin": {"l": 60, "r": 20, "t": 70, "b": 50},
         "hovermode": "closest",
         "legend": {"font": {"size": 11}},
         "paper_bgcolor": "#ffffff",
@@ -77,7 +85,7 @@ def is_empty(figure: dict[str, Any]) -> bool:
 
 
 def _note(
-    text: str, *, x: float = 0, y: float = 1.06, xanchor: str = "left", size: int = 11
+    text: str, *, x: float = 0, y: float = 1.01, xanchor: str = "left", size: int = 11
 ) -> dict[str, Any]:
     return {
         "text": text,
@@ -310,7 +318,7 @@ def shape_heatmap(
         xaxis={"title": {"text": column_title}, "type": "category"},
         yaxis={"title": {"text": "shape"}, "type": "category", "autorange": "reversed"},
         height=max(300, 60 + 26 * len(shapes)),
-        margin={"l": 140, "r": 20, "t": 50, "b": 60},
+        margin={"l": 140, "r": 20, "t": 70, "b": 60},
     )
     return {"data": [trace], "layout": layout}
 
@@ -591,7 +599,7 @@ def roofline(
             )
         )
     if dropped:
-        annotations.append(_note(_decimation_note(len(shown), dropped, "candidates"), y=1.12))
+        annotations.append(_note(_decimation_note(len(shown), dropped, "candidates"), y=1.06))
     layout = _layout(
         title,
         xaxis={
