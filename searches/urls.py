@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from searches import views
+from searches import views, views_charts
 
 app_name = "searches"
 urlpatterns = [
@@ -19,4 +19,8 @@ urlpatterns = [
     path("problems", views.problem_list, name="problems"),
     path("problems/<str:name>", views.problem_detail, name="problem"),
     path("workers", views.workers, name="workers"),
+    path("gpus", views_charts.gpus, name="gpus"),
+    path("charts/dashboard", views_charts.dashboard_charts, name="dashboard_charts"),
+    path("charts/problems/<str:name>", views_charts.problem_charts, name="problem_charts"),
+    path("searches/<int:pk>/charts", views_charts.search_charts, name="search_charts"),
 ]
