@@ -22,13 +22,8 @@ GOOD = (
 )
 # Compiles and runs, wrong by a factor of two.
 WRONG = SOFTMAX_SEED.replace("y = tl.exp(x - m) / l_sum", "y = tl.exp(x - m) / (l_sum * 2.0)")
-# Library fallback: the harness's static checks reject it.
-HACKED = """import torch
-
-
-def kernel(x):
-    return torch.softmax(x, dim=-1)
-"""
+# Reward hacking: patches the benchmark's timer; the harness's static checks reject it.
+HACKED = SOFTMAX_SEED + "\ntorch.cuda.Event.elapsed_time = lambda self, other: 1e-6\n"
 WRONG_SIGNATURE = SOFTMAX_SEED.replace("def kernel(x: torch.Tensor)", "def kernel(x, y)")
 
 
