@@ -27,7 +27,6 @@ from tests.web.agent_helpers import (
     WRONG_SIGNATURE,
     fenced,
     llm_search,
-    llm_server,  # noqa: F401 (a fixture)
 )
 from tests.web.domain import interpreted, judge, rejected
 from tests.web.openai_server import Step
