@@ -78,6 +78,10 @@ def _respond(request: HttpRequest, search: Search, status: int = 200, **extra) -
     if getattr(request, "htmx", False):  # htmx swaps 2xx only: the panel with its errors
         return render(request, PANEL, panel_context(search, **extra))
     if status != 200:  # no JS: the search page, the errors next to what was typed
+        form = extra.get("llm_form") or extra.get("note_form")
+        if not search.idea.model_name and form is not None:  # no panel to show them in
+            for error in form.non_field_errors():
+                messages.error(request, error)
         context = panel_context(search, **extra)
         context["page"] = selectors.trials_page(search, 1, TRIALS_PER_PAGE)
         return render(request, "searches/search.html", context, status=status)
