@@ -37,6 +37,7 @@ IN_FLIGHT = (
 FLUSH_S = 0.25
 FLUSH_CHARS = 2000
 RENEW_S = 3.0
+MAX_KEPT_REPLY = 100_000  # characters of an unusable reply kept on its trial
 
 
 def current_model(search: Search) -> str:
@@ -278,7 +279,7 @@ def record(
         # Still a trial (the tokens were spent, the model should hear why): the reply itself,
         # under a header that keeps it unique within the search.
         source = f"# LLM proposal {step} by {model}: malformed ({problem})\n" + (
-            done.text if done.text.strip() else "# (empty reply)\n"
+            done.text[:MAX_KEPT_REPLY] if done.text.strip() else "# (empty reply)\n"
         )
     cost = cost_usd(model, done.tokens_in, done.tokens_out)
     rationale = parsed.rationale if parsed.ok else ""
