@@ -200,3 +200,17 @@ def test_an_edited_pack_reaches_the_next_prompt(engineer, llm_server):
     assert "EDITED v2" in llm_server.requests[0]["messages"][1]["content"]
     assert "pack deepseek-mla-sparse v2" in llm_server.requests[0]["messages"][1]["content"]
     assert GOOD and SOFTMAX_SEED
+
+
+def test_a_refused_key_shows_on_the_search_page(engineer_client, engineer, llm_server):
+    from searches.agent import step
+    from tests.web.openai_server import Step
+
+    llm_server.script.add(Step(status=401, message="Incorrect API key provided: sk-test-***"))
+    search = llm_search(engineer)
+    step.fill(search, "interpret", capacity=1, enqueue=lambda t: None)
+    html = _search_page(engineer_client, search)
+    status = html[html.index('id="search-status"') :]
+    assert "Failed" in status and "refused the API key (401)" in status
+    assert "Set a valid key on the search page" in status
+    assert "sk-test-secret-key" not in html
