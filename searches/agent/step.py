@@ -37,6 +37,7 @@ IN_FLIGHT = (
 FLUSH_S = 0.25
 FLUSH_CHARS = 2000
 RENEW_S = 3.0
+STOP_CHECK_S = 1.0
 MAX_KEPT_REPLY = 100_000  # characters of an unusable reply kept on its trial
 
 
@@ -232,18 +233,34 @@ def propose(
         stream.write(f"\n[attempt {attempt} failed: {why}; retrying in {wait:.1f} s]\n")
         stream.flush()
 
+    written: list[str] = []
+    checked = [time.monotonic()]
+
+    def delta(text: str) -> None:
+        written.append(text)
+        stream.write(text)
+        # A user's stop ends the reply early instead of after minutes of tokens nobody uses.
+        if time.monotonic() - checked[0] > STOP_CHECK_S:
+            checked[0] = time.monotonic()
+            if not Search.objects.filter(pk=search.pk, status=Search.Status.RUNNING).exists():
+                lost.set()
+
     try:
         with keep_lease(renew) as lost:
             done = llm.complete(
                 endpoint,
                 assembled.messages,
                 limits=limits(reply_cap),
-                on_delta=stream.write,
+                on_delta=delta,
                 on_retry=retrying,
                 cancelled=lost,
             )
     except llm.LeaseLost:
+        stream.write("\n[stopped]\n")
         stream.flush()
+        # The tokens were spent all the same (estimated: the server reports usage at the end).
+        spent = assembled.tokens + len("".join(written)) // 4
+        Search.objects.filter(pk=search.pk).update(tokens=F("tokens") + spent)
         return None
     except llm.LLMError as e:
         stream.write(f"\n[{e}]\n")

@@ -228,3 +228,14 @@ async def _receive(layer, channel):
     import asyncio
 
     return await asyncio.wait_for(layer.receive(channel), timeout=1.0)
+
+
+def test_stopping_the_search_ends_a_reply_being_written(engineer, llm_server, monkeypatch):
+    monkeypatch.setattr(step, "STOP_CHECK_S", 0.0)
+    monkeypatch.setattr(step, "record", lambda *a, **k: pytest.fail("the reply ran to its end"))
+    llm_server.script.add(Step(reply=fenced(GOOD), chunk_chars=8, chunk_delay_s=0.01))
+    search = llm_search(engineer)
+    services.stop_search(search=search, user=engineer)  # as if clicked while the model writes
+    assert step.propose(search, "interpret", enqueue=lambda t: None) is None
+    search.refresh_from_db()
+    assert search.trials.count() == 0 and search.tokens > 0  # the spent tokens still count
