@@ -54,6 +54,9 @@ def set_llm(
                 "A base URL is http(s)://host[:port]/path, e.g. http://127.0.0.1:8001/v1; "
                 "leave it blank for the default."
             ]
+        elif parts is not None and (parts.username or parts.password):
+            # A URL is shown on the page: credentials belong in the write-only key field.
+            errors["base_url"] = ["Put credentials in the API key field, not in the URL."]
     if api_key and (len(api_key) > MAX_KEY or any(c.isspace() for c in api_key)):
         errors["api_key"] = [f"An API key is one word of at most {MAX_KEY} characters."]
     if errors:

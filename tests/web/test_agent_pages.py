@@ -68,6 +68,7 @@ def test_switching_the_model_from_the_page_saves_it_and_never_shows_the_key(
     [
         ({"model": "has spaces"}, "is not a model name"),
         ({"model": "m", "base_url": "ftp://x"}, "A base URL is http(s)"),
+        ({"model": "m", "base_url": "https://u:sk-1@x/v1"}, "not in the URL"),
         ({"model": ""}, "This field is required"),
     ],
 )
