@@ -42,6 +42,18 @@ DIMS: dict[str, dict[str, tuple[int, int]]] = {
     "matmul_bias_gelu": {"M": (0, 0), "K": (0, 1), "N": (1, 1)},
     "attention": {"B": (0, 0), "H": (0, 1), "S": (0, 2), "D": (0, 3)},
 }
+# The rank of each input, per problem: a call with other ranks (a 3-D x for a 2-D problem)
+# was never validated and falls back.
+RANKS: dict[str, list[int]] = {
+    "softmax": [2],
+    "rmsnorm": [2, 1],
+    "layernorm": [2, 1, 1],
+    "swiglu": [2, 2],
+    "rope": [4, 2, 2],
+    "matmul": [2, 2],
+    "matmul_bias_gelu": [2, 2, 1],
+    "attention": [4, 4, 4],
+}
 # Same names as kernels.harness.device.KINDS (kept in step by a test).
 _KINDS = {"H200": "h200", "H100": "h100", "B200": "b200", "A100": "a100", "L40S": "l40s"}
 
@@ -106,12 +118,14 @@ class Kernel:
         dims: dict[str, tuple[int, int]],
         reference: Callable[..., Any],
         library_dir: Path | None,
+        ranks: list[int] | None = None,
     ) -> None:
         self.problem = problem
         self.releases = releases
         self.dims = {k: (int(v[0]), int(v[1])) for k, v in dims.items()}
         self.reference = reference
         self.library_dir = library_dir
+        self.ranks = [int(r) for r in ranks] if ranks else None
         self._cache: dict[tuple, tuple[Callable[..., Any], dict[str, Any] | None]] = {}
         self._modules: dict[str, Any] = {}
         self._kinds: dict[tuple[str, int | None], str | None] = {}
@@ -176,12 +190,11 @@ class Kernel:
         if kind is None or shape is None or any(a.device != args[0].device for a in args):
             return None
         dtype = str(args[0].dtype).replace("torch.", "")
-        ranks = [int(a.dim()) for a in args]
+        if self.ranks is not None and [int(a.dim()) for a in args] != self.ranks:
+            return None
         best = None
         for rel in self.releases:
             if rel["kind"] != kind or rel.get("dtype", dtype) != dtype:
-                continue
-            if rel.get("ranks") and list(rel["ranks"]) != ranks:
                 continue
             if not in_range(shape, rel["shape_range"]):
                 continue
@@ -220,11 +233,12 @@ def load(problem: str, library_dir: str | Path | None = None) -> Kernel:
     """The dispatching kernel for `problem` (the reference alone when no release is known)."""
     root = Path(library_dir) if library_dir is not None else default_dir()
     releases: list[dict[str, Any]] = []
-    dims = DIMS.get(problem)
+    dims, ranks = DIMS.get(problem), RANKS.get(problem)
     if root is not None:
         manifest = read_manifest(root)
         releases = [r for r in manifest.get("releases", []) if r.get("problem") == problem]
-        dims = (manifest.get("problems", {}).get(problem) or {}).get("dims") or dims
+        entry = manifest.get("problems", {}).get(problem) or {}
+        dims, ranks = entry.get("dims") or dims, entry.get("ranks") or ranks
     if dims is None:
         raise LibraryError(f"unknown problem {problem!r}: no dims in the manifest")
-    return Kernel(problem, releases, dims, _reference(problem, root), root)
+    return Kernel(problem, releases, dims, _reference(problem, root), root, ranks)

@@ -65,18 +65,24 @@ def reference_module(problem: str) -> str:
     return "\n".join(header) + "\n\n" + inspect.getsource(fn)
 
 
+def problem_entry(problem: str) -> dict:
+    module = registry.load(problem).module
+    dims = runtime.DIMS.get(problem) or getattr(module, "DIMS", None)
+    if not dims:
+        raise ExportError(f"problem {problem!r} declares no DIMS: the library cannot dispatch it")
+    return {
+        "dims": dims,
+        "ranks": runtime.RANKS.get(problem) or getattr(module, "RANKS", None),
+        "signature": registry.load(problem).signature,
+    }
+
+
 def manifest(releases: list[Release]) -> dict:
     probs = sorted({r.problem for r in releases})
     return {
         "format": runtime.FORMAT,
         "generated_at": datetime.now(UTC).isoformat(),
-        "problems": {
-            p: {
-                "dims": runtime.DIMS.get(p) or getattr(registry.load(p).module, "DIMS", None),
-                "signature": registry.load(p).signature,
-            }
-            for p in probs
-        },
+        "problems": {p: problem_entry(p) for p in probs},
         "releases": [r.manifest_entry() for r in releases],
     }
 
@@ -97,10 +103,7 @@ def files(releases: list[Release], extra_problems: Iterable[str] = ()) -> dict[s
     data = manifest(releases)
     for p in extra_problems:  # a problem with no release still gets its reference fallback
         if p not in data["problems"]:
-            data["problems"][p] = {
-                "dims": runtime.DIMS.get(p),
-                "signature": registry.load(p).signature,
-            }
+            data["problems"][p] = problem_entry(p)
     out = {runtime.MANIFEST: json.dumps(data, indent=2) + "\n"}
     for rel, entry in zip(releases, data["releases"], strict=True):
         out[entry["file"]] = rel.source

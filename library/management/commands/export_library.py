@@ -20,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--kind", action="append", default=[], help="repeatable")
         parser.add_argument("--wheel", action="store_true", help="write a wheel into --out")
         parser.add_argument("--package", default="autoweb_kernels")
-        parser.add_argument("--version", dest="pkg_version", default="0.1.0")
+        parser.add_argument("--pkg-version", dest="pkg_version", default="0.1.0")
 
     def handle(self, *args, out, problem, kind, wheel, package, pkg_version, **options):
         releases = export.select(problem, kind)
