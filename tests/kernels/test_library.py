@@ -122,6 +122,8 @@ def test_choices_are_cached_per_shape_and_the_module_loaded_once(lib, interpret)
         kernel(torch.randn(3, 1000))
         kernel(torch.randn(5, 1000))
     assert len(kernel._cache) == 2 and list(kernel._modules) == ["1"]
+    kernel.choose(torch.randn(3, 1000))  # the same key as a call's
+    assert len(kernel._cache) == 2
 
 
 def test_a_real_triton_release_runs_on_the_interpreter(tmp_path):
