@@ -192,7 +192,25 @@ def decide(
         _add_prohibition(locked.search.idea_id, text)
     if action == Review.Action.APPROVE:
         _start_revalidation(review, locked)
+    else:
+        _tell_agent(review, locked)
     return review
+
+
+def _tell_agent(review: Review, trial: Trial) -> None:
+    """Hand a veto reason or note to the agent's prompt (issue 4's SearchNote hook) when that
+    app is installed; `selectors.review_notes_for_search` serves the same notes either way."""
+    try:
+        from searches.agent.notes import add_note
+    except ImportError:
+        return
+    add_note(
+        search=trial.search,
+        trial=trial,
+        kind="veto" if review.action == Review.Action.VETO else "note",
+        text=f"trial {trial.index}: {review.text}",
+        author=review.reviewer,
+    )
 
 
 def _add_prohibition(idea_id: int, text: str) -> None:

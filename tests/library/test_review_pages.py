@@ -248,3 +248,15 @@ def test_a_trial_outside_the_queue_cannot_be_decided(reviewer_client, pair):
     response = reviewer_client.post(decide_url(parent), approve_data(), follow=True)
     assert "not in the review queue" in response.content.decode()
     assert not Review.objects.exists()
+
+
+def test_a_veto_reason_reaches_the_agents_next_prompt(reviewer_client, pair):
+    """With the agent app (issue 4) installed, the reason lands in the prompt's notes."""
+    pytest.importorskip("searches.agent.notes")
+    from searches.agent.context import gather
+
+    _, child = pair
+    reason = "The row loop re-reads x from DRAM; keep the row in registers"
+    reviewer_client.post(decide_url(child), {"action": "veto", "text": reason, "request_key": "v"})
+    notes = gather(child.search, "h200").notes
+    assert ("veto", f"trial {child.index}: {reason}") in notes
