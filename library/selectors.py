@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db.models import Count, F, Q, QuerySet
+from django.urls import reverse
 from django.utils import timezone
 
 from library.models import Release, Review
@@ -212,3 +213,25 @@ def release_groups(rows: QuerySet[Release]) -> list[dict[str, Any]]:
     for rel in rows:
         groups.setdefault((rel.problem, rel.kind), []).append(rel)
     return [{"problem": p, "kind": k, "releases": v} for (p, k), v in sorted(groups.items())]
+
+
+def released_speedups() -> list[dict[str, Any]]:
+    """The best active release per (GPU kind, problem), for the charts (issue 6's contract:
+    rows {"kind", "problem", "speedup_eager", "speedup_compiled", "label", "url"})."""
+    best: dict[tuple[str, str], Release] = {}
+    for rel in Release.objects.filter(revoked_at__isnull=True).select_related("trial"):
+        key = (rel.kind, rel.problem)
+        if key not in best or (rel.speedup_eager or 0.0) > (best[key].speedup_eager or 0.0):
+            best[key] = rel
+    return [
+        {
+            "kind": rel.kind,
+            "problem": rel.problem,
+            "speedup_eager": rel.speedup_eager,
+            "speedup_compiled": rel.speedup_compiled,
+            "label": f"release #{rel.pk} "
+            f"(trial {rel.trial.index} of search #{rel.trial.search_id})",
+            "url": reverse("library:review", args=[rel.trial_id]),
+        }
+        for _, rel in sorted(best.items())
+    ]

@@ -225,3 +225,21 @@ print("ok")
         [str(py), "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_released_speedups_give_the_best_active_release_per_kind_and_problem(release, search):
+    from library import selectors
+
+    rows = selectors.released_speedups()
+    assert rows == [
+        {
+            "kind": "interpret",
+            "problem": "softmax",
+            "speedup_eager": 2.0,
+            "speedup_compiled": None,
+            "label": f"release #{release.pk} (trial {release.trial.index} of search #{search.pk})",
+            "url": reverse("library:review", args=[release.trial_id]),
+        }
+    ]
+    Release.objects.filter(pk=release.pk).update(revoked_at=release.created_at)
+    assert selectors.released_speedups() == []
