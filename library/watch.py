@@ -18,7 +18,7 @@ from library.models import Revalidation, Review
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0
-SLICE_S = 10.0
+SLICE_S = 5.0
 
 
 def lease_key(review_id: int) -> str:
