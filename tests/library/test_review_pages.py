@@ -260,3 +260,16 @@ def test_a_veto_reason_reaches_the_agents_next_prompt(reviewer_client, pair):
     reviewer_client.post(decide_url(child), {"action": "veto", "text": reason, "request_key": "v"})
     notes = gather(child.search, "h200").notes
     assert ("veto", f"trial {child.index}: {reason}") in notes
+
+
+def test_the_queue_filter_swaps_in_only_the_table_for_htmx(engineer_client, pair):
+    response = engineer_client.get(
+        reverse("library:queue"),
+        {"problem": "softmax", "sort": "-age"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="queue-table",
+    )
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section class="card spaced" id="queue-table">')
+    assert "<html" not in html
+    assert reverse("library:review", args=[pair[1].pk]) in html
