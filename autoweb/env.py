@@ -55,6 +55,29 @@ def envlist(name: str, default: list[str], *, sep: str = ",") -> list[str]:
     return [item.strip() for item in raw.split(sep) if item.strip()]
 
 
+def parse_prices(raw: str, name: str) -> dict[str, tuple[float, float]]:
+    """ "gpt-4o=2.5:10,qwen=0:0" -> {model: (USD per M input tokens, per M output tokens)}."""
+    prices: dict[str, tuple[float, float]] = {}
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        model, sep, rates = item.strip().rpartition("=")
+        parts = rates.split(":")
+        try:
+            if not sep or not model or len(parts) != 2:
+                raise ValueError
+            pin, pout = float(parts[0]), float(parts[1])
+            if pin < 0 or pout < 0:
+                raise ValueError
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name}: {item.strip()!r} is not model=input_price:output_price "
+                "(USD per million tokens)"
+            ) from None
+        prices[model] = (pin, pout)
+    return prices
+
+
 _POSTGRES_SCHEMES = {"postgres", "postgresql", "pgsql"}
 
 

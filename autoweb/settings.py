@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from autoweb.env import envbool, envint, envlist, envstr, parse_database_url
+from autoweb.env import envbool, envint, envlist, envstr, parse_database_url, parse_prices
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -140,6 +140,21 @@ CHANNEL_LAYERS = {
 OPENAI_BASE_URL = envstr("OPENAI_BASE_URL")
 OPENAI_API_KEY = envstr("OPENAI_API_KEY")
 AUTOWEB_DEFAULT_MODEL = envstr("AUTOWEB_DEFAULT_MODEL")
+# Models offered in the idea form (any other `llm:<model>` is accepted through the API).
+AUTOWEB_LLM_MODELS = envlist("AUTOWEB_LLM_MODELS", [])
+# Seconds: waiting for one streamed chunk (or the connection); one whole reply.
+AUTOWEB_LLM_TIMEOUT_S = envint("AUTOWEB_LLM_TIMEOUT_S", 120, minimum=1)
+AUTOWEB_LLM_MAX_REPLY_S = envint("AUTOWEB_LLM_MAX_REPLY_S", 900, minimum=1)
+# Rate limits, 5xx, timeouts: this many attempts per proposal, backing off from this many ms.
+AUTOWEB_LLM_ATTEMPTS = envint("AUTOWEB_LLM_ATTEMPTS", 5, minimum=1)
+AUTOWEB_LLM_BACKOFF_MS = envint("AUTOWEB_LLM_BACKOFF_MS", 2000, minimum=0)
+# Tokens: the assembled prompt's budget; the reply's cap.
+AUTOWEB_LLM_PROMPT_TOKENS = envint("AUTOWEB_LLM_PROMPT_TOKENS", 24_000, minimum=2_000)
+AUTOWEB_LLM_MAX_OUTPUT_TOKENS = envint("AUTOWEB_LLM_MAX_OUTPUT_TOKENS", 8_000, minimum=256)
+# Hybrid: after an accepted LLM candidate with `# tune:` knobs, at most this many tuner trials.
+AUTOWEB_LLM_TUNE_TRIALS = envint("AUTOWEB_LLM_TUNE_TRIALS", 8, minimum=0)
+# Prices in USD per million tokens, "model=in:out,model2=in:out"; unpriced models cost nothing.
+AUTOWEB_LLM_PRICES = parse_prices(envstr("AUTOWEB_LLM_PRICES"), "AUTOWEB_LLM_PRICES")
 
 # --- kernels ----------------------------------------------------------------------------------
 # kernels/ is Django-free and reads AUTOWEB_PROBLEM_DIRS itself (a GPU host runs it without

@@ -60,6 +60,7 @@ class SearchAdmin(admin.ModelAdmin):
     list_select_related = ("idea", "created_by")
     # Plain id inputs: a select listing every trial of every search would not load.
     raw_id_fields = ("idea", "created_by", "incumbent")
+    exclude = ("llm_api_key",)  # write-only: set from the search page, never shown
     readonly_fields = (
         "request_key",
         "created_at",

@@ -10,12 +10,30 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from searches.models import MAX_GPU_MINUTES_CAP, MAX_TRIALS_CAP, MAX_WALL_MINUTES_CAP, TUNER
+from searches.models import (
+    LLM_PREFIX,
+    MAX_GPU_MINUTES_CAP,
+    MAX_TOKENS_CAP,
+    MAX_TRIALS_CAP,
+    MAX_WALL_MINUTES_CAP,
+    TUNER,
+)
 
 # GPU kinds offered even when no worker of that kind is online (the search then waits for one).
 KNOWN_KINDS = ("interpret", "h200", "h100", "b200", "a100", "l40s")
 KIND_LABELS = {"interpret": "interpret (CPU, correctness only)"}
 PROPOSERS = [(TUNER, "Built-in tuner (searches the sketch's # tune: knobs)")]
+OTHER_MODEL = "llm:other"
+
+
+def proposer_choices(models: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """The tuner, the configured LLM models, and "another model" (typed in `llm_model`)."""
+    seen = []
+    for model in models:
+        if model and model not in seen:
+            seen.append(model)
+    llms = [(f"{LLM_PREFIX}{m}", f"LLM agent: {m} (the tuner then tunes its knobs)") for m in seen]
+    return PROPOSERS + llms + [(OTHER_MODEL, "LLM agent: another model (type its name below)")]
 
 
 def kind_choices(online_kinds: Iterable[str] = ()) -> list[tuple[str, str]]:
@@ -43,6 +61,18 @@ class IdeaForm(forms.Form):
         },
     )
     proposer = forms.ChoiceField(choices=PROPOSERS, initial=TUNER)
+    llm_model = forms.CharField(
+        label="Other model",
+        max_length=190,
+        required=False,
+        help_text="With 'another model': its name at your endpoint, e.g. qwen2.5-coder:32b.",
+    )
+    context_packs = forms.MultipleChoiceField(
+        label="Model context packs",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Model-family context the LLM's prompt carries (see Context packs).",
+    )
     max_trials = forms.IntegerField(
         label="Max trials", min_value=1, max_value=MAX_TRIALS_CAP, initial=50
     )
@@ -51,6 +81,13 @@ class IdeaForm(forms.Form):
     )
     max_wall_minutes = forms.IntegerField(
         label="Max wall-clock minutes", min_value=1, max_value=MAX_WALL_MINUTES_CAP, initial=60
+    )
+    max_tokens = forms.IntegerField(
+        label="Max LLM tokens",
+        min_value=1,
+        max_value=MAX_TOKENS_CAP,
+        required=False,
+        help_text="Prompt and reply tokens for the whole search; blank: no limit.",
     )
     sketch_source = forms.CharField(
         label="Kernel sketch",
@@ -70,11 +107,29 @@ class IdeaForm(forms.Form):
     )
 
     def __init__(
-        self, *args: Any, problems: Iterable[str] = (), online_kinds: Iterable[str] = (), **kw: Any
+        self,
+        *args: Any,
+        problems: Iterable[str] = (),
+        online_kinds: Iterable[str] = (),
+        models: Iterable[str] = (),
+        packs: Iterable[str] = (),
+        **kw: Any,
     ) -> None:
         super().__init__(*args, **kw)
         self.fields["problem"].choices = [(name, name) for name in problems]
         self.fields["target_kinds"].choices = kind_choices(online_kinds)
+        self.fields["proposer"].choices = proposer_choices(models)
+        self.fields["context_packs"].choices = [(name, name) for name in packs]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("proposer") == OTHER_MODEL:
+            model = (data.get("llm_model") or "").strip()
+            if not model:
+                self.add_error("llm_model", "Type the model's name, or choose one from the list.")
+            else:
+                data["proposer"] = f"{LLM_PREFIX}{model}"
+        return data
 
     def add_domain_error(self, error: ValidationError) -> None:
         """Put a DomainError's messages on the fields they name (the rest above the form)."""
@@ -98,5 +153,6 @@ class IdeaForm(forms.Form):
             "max_trials": data["max_trials"],
             "max_gpu_minutes": data["max_gpu_minutes"],
             "max_wall_minutes": data["max_wall_minutes"],
-            "max_tokens": None,
+            "max_tokens": data.get("max_tokens"),
+            "context_packs": list(data.get("context_packs") or []),
         }

@@ -74,6 +74,9 @@ class Idea(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="ideas"
     )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    context_packs = models.JSONField(
+        default=list, blank=True, help_text="Model context packs for the LLM's prompt, by name."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -106,6 +109,7 @@ class Idea(models.Model):
             "max_gpu_minutes": self.max_gpu_minutes,
             "max_wall_minutes": self.max_wall_minutes,
             "max_tokens": self.max_tokens,
+            "context_packs": list(self.context_packs or []),
             "author": self.author.get_username() if self.author_id else None,
             "created_at": _iso(self.created_at),
         }
@@ -177,6 +181,12 @@ class Search(models.Model):
     )
     gpu_seconds = models.FloatField(default=0.0)
     tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0, help_text="LLM cost, where the model's price is set.")
+    # The LLM endpoint (an `llm:<model>` idea): switchable while the search runs. Blank base URL
+    # or key: the settings' defaults. The key is write-only: no page, log or to_dict shows it.
+    model = models.CharField(max_length=200, blank=True, help_text="The LLM now proposing.")
+    llm_base_url = models.CharField(max_length=500, blank=True)
+    llm_api_key = models.CharField(max_length=500, blank=True)
     incumbent = models.ForeignKey(
         "Trial", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -276,6 +286,9 @@ class Search(models.Model):
             "trials_since_improvement": self.trials_since_improvement,
             "gpu_seconds": self.gpu_seconds,
             "tokens": self.tokens,
+            "cost_usd": self.cost_usd,
+            "model": self.model,
+            "llm_base_url": self.llm_base_url,
             "incumbent_id": self.incumbent_id,
         }
 
@@ -318,6 +331,7 @@ class Trial(models.Model):
     prompt = models.TextField(null=True, blank=True)
     tokens_in = models.PositiveIntegerField(null=True, blank=True)
     tokens_out = models.PositiveIntegerField(null=True, blank=True)
+    cost_usd = models.FloatField(null=True, blank=True)
 
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PROPOSED)
     failure = models.CharField(max_length=32, choices=FAILURE_CHOICES, null=True, blank=True)
@@ -439,6 +453,7 @@ class Trial(models.Model):
             "attempts": self.attempts,
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
+            "cost_usd": self.cost_usd,
             "created_at": _iso(self.created_at),
             "queued_at": _iso(self.queued_at),
             "started_at": _iso(self.started_at),
@@ -497,3 +512,58 @@ class Worker(models.Model):
             "last_heartbeat": _iso(self.last_heartbeat),
             "online": self.online,
         }
+
+
+class SearchNote(models.Model):
+    """What people said about a search that the agent should hear: a reviewer's veto reason, a
+    note. The review app feeds it through `searches.agent.notes.add_note`; the prompt carries
+    the newest ones."""
+
+    class Kind(models.TextChoices):
+        NOTE = "note"
+        VETO = "veto"
+
+    search = models.ForeignKey(Search, on_delete=models.CASCADE, related_name="notes")
+    trial = models.ForeignKey(
+        Trial, on_delete=models.SET_NULL, null=True, blank=True, related_name="notes"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.NOTE)
+    text = models.TextField()
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on search {self.search_id}"
+
+
+class ContextPack(models.Model):
+    """A context pack edited in the UI: a new version of a shipped markdown file, or a new pack.
+    The newest version of a name wins over the shipped file; older versions are kept."""
+
+    class Kind(models.TextChoices):
+        MODEL = "model"
+        HARDWARE = "hardware"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MODEL)
+    name = models.CharField(max_length=64)
+    version = models.PositiveIntegerField()
+    title = models.CharField(max_length=200, blank=True)
+    body = models.TextField()
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["kind", "name", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "name", "version"], name="pack_version_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} pack {self.name} v{self.version}"

@@ -232,6 +232,17 @@ class Loop:
 
     def fill(self, search: Search, kind: str) -> None:
         in_flight = search.trials.filter(status__in=IN_FLIGHT).count()
+        if search.idea.model_name:  # an LLM search: the agent's step (with hybrid tuning)
+            from searches.agent import step as agent
+
+            agent.fill(
+                search,
+                kind,
+                capacity=self.capacity(kind),
+                enqueue=lambda trial: self.enqueue(trial, kind, attempt=1),
+                renew=self.renew,
+            )
+            return
         room = self.capacity(kind) - in_flight
         if room <= 0:
             return

@@ -93,6 +93,7 @@ def create_idea(
     max_gpu_minutes: int,
     max_wall_minutes: int,
     max_tokens: int | None,
+    context_packs: list[str] | None = None,
 ) -> Idea:
     """Validate everything, report every mistake at once (field -> messages), then save."""
     _require_engineer(author, "submit ideas")
@@ -123,6 +124,7 @@ def create_idea(
             max_tokens, "max_tokens", "tokens", MAX_TOKENS_CAP, bad, optional=True
         ),
     }
+    packs = _clean_packs(context_packs, bad)
     sketch = _text(sketch_source, "sketch_source", bad).replace("\r\n", "\n")
     if not sketch.strip():
         sketch = ""
@@ -139,8 +141,30 @@ def create_idea(
         proposer=proposer,
         sketch_source=sketch,
         prohibitions=prohibitions,
+        context_packs=packs,
         **budgets,
     )
+
+
+def _clean_packs(names: Any, bad: Any) -> list[str]:
+    if not names:
+        return []
+    from searches.agent import packs
+
+    known = packs.available("model")
+    if isinstance(names, str) or not isinstance(names, list | tuple):
+        bad("context_packs", "Give a list of model context pack names.")
+        return []
+    cleaned: list[str] = []
+    for name in names:
+        if name not in known:
+            bad(
+                "context_packs",
+                f"{name!r} is not a model context pack; known: {', '.join(known) or 'none'}.",
+            )
+        elif name not in cleaned:
+            cleaned.append(name)
+    return cleaned
 
 
 def _text(value: Any, field: str, bad: Any) -> str:

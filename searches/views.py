@@ -104,7 +104,18 @@ def _idea_form(data: Any = None) -> IdeaForm:
     except registry.ProblemError:
         names = []
     online = fleet(registered=False)
-    return IdeaForm(data, problems=names, online_kinds=online.kinds)
+    from django.conf import settings
+
+    from searches.agent import packs
+
+    models = [settings.AUTOWEB_DEFAULT_MODEL, *settings.AUTOWEB_LLM_MODELS]
+    return IdeaForm(
+        data,
+        problems=names,
+        online_kinds=online.kinds,
+        models=models,
+        packs=list(packs.available("model")),
+    )
 
 
 @require_http_methods(["GET", "POST"])
@@ -184,6 +195,10 @@ def search_detail(request: HttpRequest, pk: int) -> HttpResponse:
     search = selectors.search_for_user(request.user, pk)
     page = selectors.trials_page(search, request.GET.get("page"), TRIALS_PER_PAGE)
     context = {"search": search, "page": page}
+    if search.idea.model_name:  # an LLM search: its panel (model switch, per-model results)
+        from searches.agent.views import panel_context
+
+        context = {**panel_context(search), **context}
     if _htmx(request) and request.htmx.target == "trials":
         return render(request, "searches/partials/trials.html", context)
     if _htmx(request) and request.htmx.target == "search-status":

@@ -10,6 +10,7 @@ from searches import services
 from searches.models import Search
 from searches.roles import ENGINEERS, REVIEWERS
 from tests.conftest import test_redis_url
+from tests.web.agent_helpers import llm_server  # noqa: F401 (a fixture: the LLM endpoint)
 from tests.web.domain import idea_kwargs
 
 

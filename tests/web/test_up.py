@@ -89,3 +89,85 @@ def test_up_serves_the_app_runs_a_demo_search_and_stops_every_process(tmp_path):
         if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
     ]
     assert not alive, f"processes left running: {alive}"
+
+
+@pytest.mark.slow
+def test_up_starts_as_many_workers_as_asked_and_restarts_one_that_dies(tmp_path):
+    """`--workers 2` (on a GPU host: one per GPU by default) gives two named workers, both
+    heart-beating in Redis, and two orchestrators with `--orchestrators 2`; a worker killed
+    with SIGKILL is started again under the same name, and the app stays up."""
+    import re
+
+    import redis
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env.update(DATABASE_URL=f"sqlite:///{tmp_path / 'up.sqlite3'}", PYTHONUNBUFFERED="1")
+    args = ["--workers", "2", "--orchestrators", "2", "--no-demo", "--device", "interpret"]
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "up", "--port", str(port), "--run-for", "40", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        registered: set[bytes] = set()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            line = proc.stdout.readline()
+            lines.append(line)
+            m = re.search(r"redis: (redis://\S+)", line)
+            if m:
+                conn = redis.Redis.from_url(m.group(1))
+                while time.monotonic() < deadline and len(registered) < 2:
+                    registered = set(conn.smembers("autoweb:workers"))
+                    time.sleep(0.5)
+                break
+        workers = [p for p in _descendants(proc.pid) if "kernels.worker" in _cmd(p)]
+        orchestrators = [p for p in _descendants(proc.pid) if _cmd(p).endswith("orchestrator")]
+        victim = workers[0]
+        victim_name = _cmd(victim).split("--name ")[1].split()[0]
+        os.kill(victim, 9)
+        replaced = []
+        while time.monotonic() < deadline and not replaced:
+            replaced = [
+                p
+                for p in _descendants(proc.pid)
+                if f"--name {victim_name}" in _cmd(p) and p != victim
+            ]
+            time.sleep(0.3)
+        still_up = proc.poll() is None
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+    host = socket.gethostname()
+    assert {n.decode() for n in registered} == {f"{host}:interpret.0", f"{host}:interpret.1"}, (
+        "".join(lines) + out
+    )[-3000:]
+    assert len(workers) == 2 and len(orchestrators) == 2
+    assert replaced, "the killed worker was not started again"
+    assert still_up, out[-3000:]
+    assert f"worker {victim_name} exited with code -9; restarting it" in out
+
+
+def _cmd(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return ""
+
+
+@pytest.mark.parametrize("flag", ["--workers=0", "--orchestrators=0"])
+def test_up_refuses_a_count_below_one(flag):
+    r = subprocess.run(
+        [sys.executable, "manage.py", "up", flag, "--no-demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode != 0
+    assert "must be at least 1" in r.stderr

@@ -3,8 +3,9 @@
 Migrates, creates (or refreshes) a demo user and prints its login, starts an embedded Redis
 server when REDIS_URL is unset (a real redis-server process on a free port, in a private
 directory, persisting nothing), then daphne (HTTP + websockets), the orchestrator (`search`
-queue) and one local GPU worker (CUDA if present, else Triton's CPU interpreter), starts a
-demo tuner search on softmax, and prints the URL. Ctrl-C stops every process it started.
+queue) and the local GPU workers (CUDA if present: one per visible GPU, each pinned to its GPU
+with CUDA_VISIBLE_DEVICES; else one on Triton's CPU interpreter), starts a demo tuner search
+on softmax, and prints the URL. Ctrl-C stops every process it started.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 DEMO_USER = "demo"
+RESTARTS_MAX = 5
+RESTARTS_WINDOW_S = 60.0
 DEMO_TITLE = "Demo: tune the softmax seed's knobs"
 
 
@@ -45,13 +48,30 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("AUTOWEB_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=None,
+            help="GPU worker processes (default: one per visible CUDA GPU, else 1); with more "
+            "workers than GPUs they share GPUs round-robin",
+        )
+        parser.add_argument(
+            "--orchestrators", type=int, default=1, help="orchestrator processes (default 1)"
+        )
         parser.add_argument("--no-demo", action="store_true", help="no demo search")
         parser.add_argument(
             "--run-for", type=float, default=None, help="stop after this many seconds (tests)"
         )
 
-    def handle(self, *args, host, port, device, no_demo, run_for, **options):
+    def handle(self, *args, host, port, device, workers, orchestrators, no_demo, run_for, **opts):
+        if workers is not None and workers < 1:
+            raise CommandError("--workers must be at least 1")
+        if orchestrators < 1:
+            raise CommandError("--orchestrators must be at least 1")
+        self.n_workers, self.n_orchestrators = workers, orchestrators
         self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.specs: dict[str, tuple[list[str], dict]] = {}
+        self.restarts: dict[str, list[float]] = {}
         self.tmp = Path(tempfile.mkdtemp(prefix="autoweb-up-"))
         signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
         try:
@@ -78,16 +98,17 @@ class Command(BaseCommand):
             [py, "-m", "daphne", "-b", host, "-p", str(port), "autoweb.asgi:application"],
             env,
         )
-        self._spawn("orchestrator", [py, manage, "orchestrator"], env)
-        self._spawn("worker", [py, "-m", "kernels.worker", "--device", device], env)
+        for i in range(self.n_orchestrators):
+            self._spawn(f"orchestrator{i}", [py, manage, "orchestrator"], env)
         kind = self._kind(device)
+        names = self._spawn_workers(py, device, kind, env)
         if not no_demo:
             self._demo_search(kind)
         url = f"http://{host}:{port}/"
         self.stdout.write(
             self.style.SUCCESS(
                 f"\nautoweb is up: {url}\n  login: {DEMO_USER} / {password}\n"
-                f"  redis: {env['REDIS_URL']}\n  worker: {kind}"
+                f"  redis: {env['REDIS_URL']}\n  workers: {', '.join(names)} ({kind})"
                 + (
                     " (CPU interpreter: correctness only, timings not meaningful)"
                     if kind == "interpret"
@@ -98,9 +119,9 @@ class Command(BaseCommand):
         )
         started = time.monotonic()
         while True:
-            for name, p in self.procs:
+            for i, (name, p) in enumerate(self.procs):
                 if p.poll() is not None:
-                    raise CommandError(f"{name} exited with code {p.returncode}; see its output")
+                    self.procs[i] = (name, self._restart(name, p.returncode))
             if run_for is not None and time.monotonic() - started > run_for:
                 return
             time.sleep(0.5)
@@ -143,9 +164,60 @@ class Command(BaseCommand):
                     raise CommandError("the embedded redis-server did not start") from None
                 time.sleep(0.1)
 
+    def _spawn_workers(self, py: str, device: str, kind: str, env: dict) -> list[str]:
+        """One worker per visible GPU by default, each pinned with CUDA_VISIBLE_DEVICES."""
+        if kind == "interpret":
+            gpus: list[str | None] = [None]
+        else:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if visible:
+                gpus = [g.strip() for g in visible.split(",") if g.strip()]
+            else:
+                import torch
+
+                gpus = [str(i) for i in range(torch.cuda.device_count())]
+        n = self.n_workers or len(gpus)
+        host = socket.gethostname()
+        names = []
+        for i in range(n):
+            gpu = gpus[i % len(gpus)]
+            wenv = dict(env)
+            if gpu is None:
+                name = f"{host}:interpret" + (f".{i}" if n > 1 else "")
+            else:
+                wenv["CUDA_VISIBLE_DEVICES"] = gpu
+                name = f"{host}:gpu{gpu}" + (f".{i // len(gpus)}" if n > len(gpus) else "")
+            dev = "interpret" if gpu is None else "cuda"
+            self._spawn(
+                f"worker {name}",
+                [py, "-m", "kernels.worker", "--device", dev, "--name", name],
+                wenv,
+            )
+            names.append(name)
+        return names
+
     def _spawn(self, name: str, cmd: list[str], env: dict) -> None:
         p = subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR, start_new_session=True)
         self.procs.append((name, p))
+        self.specs[name] = (cmd, env)
+
+    def _restart(self, name: str, code: int) -> subprocess.Popen:
+        """Workers and orchestrators are restarted when they die (their work is recovered from
+        Redis and the database); Redis or the web server dying stops everything, as does a
+        process that keeps dying (RESTARTS_MAX times within RESTARTS_WINDOW_S)."""
+        if not name.startswith(("worker", "orchestrator")):
+            raise CommandError(f"{name} exited with code {code}; see its output")
+        now = time.monotonic()
+        recent = [t for t in self.restarts.get(name, []) if now - t < RESTARTS_WINDOW_S]
+        if len(recent) >= RESTARTS_MAX:
+            raise CommandError(
+                f"{name} exited with code {code}, {len(recent)} times in "
+                f"{RESTARTS_WINDOW_S:.0f} s; see its output"
+            )
+        self.restarts[name] = [*recent, now]
+        self.stderr.write(f"{name} exited with code {code}; restarting it")
+        cmd, env = self.specs[name]
+        return subprocess.Popen(cmd, env=env, cwd=settings.BASE_DIR, start_new_session=True)
 
     def _demo_user(self) -> str:
         from searches import services

@@ -1,0 +1,306 @@
+"""The whole product on one host, measured: `manage.py up` (embedded Redis, web, orchestrators,
+GPU workers) serves tuner searches with fixed trial budgets; this script submits them through
+the domain services, logs in over HTTP, waits, and reports trials per minute, verdicts, and
+whether any trial was lost or evaluated twice. Optionally SIGKILLs one worker mid-search.
+
+    python benchmarks/stack_proof.py --device cuda --workers 2 --trials 8 --out stack.json
+    python benchmarks/stack_proof.py --device interpret --workers 1 --trials 3   # on a CPU
+
+Redis comes from `up` (a redis-server on PATH); the database is a fresh SQLite file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.cookiejar
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PASSWORD = "stack-proof-pw"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log(msg: str) -> None:
+    print(time.strftime("%H:%M:%S"), msg, flush=True)
+
+
+class App:
+    """`manage.py up` in a subprocess; its output is echoed with a prefix and scanned."""
+
+    def __init__(self, args, db: Path) -> None:
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+        env.update(
+            DATABASE_URL=f"sqlite:///{db}",
+            PYTHONUNBUFFERED="1",
+            AUTOWEB_DEMO_PASSWORD=PASSWORD,
+        )
+        cmd = [sys.executable, "manage.py", "up", "--no-demo", "--port", str(self.port)]
+        cmd += ["--device", args.device, "--workers", str(args.workers)]
+        cmd += ["--orchestrators", str(args.orchestrators)]
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.redis_url: str | None = None
+        self.kind: str | None = None
+        self.ready = threading.Event()
+        self.tail: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self.tail = (self.tail + [line])[-200:]
+            if m := re.search(r"redis: (redis://\S+)", line):
+                self.redis_url = m.group(1)
+            if m := re.search(r"workers: .* \((\S+)\)", line):
+                self.kind = m.group(1)
+                self.ready.set()
+            if not line.startswith(("[", "  ")) or "error" in line.lower():
+                print("  up|", line.rstrip(), flush=True)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready.wait(0.5):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the app did not come up:\n" + "".join(self.tail[-40:]))
+
+    def workers(self) -> list[tuple[int, str]]:
+        import psutil
+
+        found = []
+        for p in psutil.Process(self.proc.pid).children(recursive=True):
+            try:
+                cmd = p.cmdline()
+            except psutil.Error:
+                continue
+            if "kernels.worker" in cmd and "--name" in cmd:
+                found.append((p.pid, cmd[cmd.index("--name") + 1]))
+        return found
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def web_check(port: int, search_ids: list[int]) -> dict:
+    """Log in as the demo user the way a browser does and open each search page."""
+    base = f"http://127.0.0.1:{port}"
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(f"{base}/accounts/login/", timeout=10).read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    data = urllib.parse.urlencode(
+        {"username": "demo", "password": PASSWORD, "csrfmiddlewaretoken": token}
+    ).encode()
+    req = urllib.request.Request(f"{base}/accounts/login/", data=data, headers={"Referer": base})
+    opener.open(req, timeout=10).read()
+    out = {}
+    for sid in search_ids:
+        t0 = time.perf_counter()
+        with opener.open(f"{base}/searches/{sid}", timeout=30) as r:
+            body = r.read().decode()
+            out[sid] = {
+                "status": r.status,
+                "ms": round((time.perf_counter() - t0) * 1000, 1),
+                "logged_in": "/accounts/login/" not in r.geturl(),
+                "bytes": len(body),
+            }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--orchestrators", type=int, default=1)
+    ap.add_argument("--problems", default="softmax,rmsnorm")
+    ap.add_argument("--trials", type=int, default=8, help="trial budget per search")
+    ap.add_argument(
+        "--kill-worker-after",
+        type=int,
+        default=0,
+        metavar="N",
+        help="SIGKILL one worker once N trials have finished (0: never)",
+    )
+    ap.add_argument("--timeout", type=float, default=600, help="seconds for the searches")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="autoweb-stack-"))
+    db = tmp / "stack.sqlite3"
+    app = App(args, db)
+    result: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
+    try:
+        app.wait_ready(240)
+        os.environ["DATABASE_URL"] = f"sqlite:///{db}"
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "autoweb.settings")
+        sys.path.insert(0, str(ROOT))
+        import django
+
+        django.setup()
+        from django.conf import settings
+        from django.contrib.auth import get_user_model
+        from django.db import transaction
+
+        settings.REDIS_URL = app.redis_url
+        from searches import orchestrator, services
+        from searches.models import Search, Trial
+
+        user = get_user_model().objects.get(username="demo")
+        kind = app.kind
+        # Let every worker register (heartbeat) so the orchestrator sees its capacity.
+        conn = orchestrator.redis_conn()
+        deadline = time.monotonic() + 120
+        while len(conn.smembers("autoweb:workers")) < args.workers:
+            if time.monotonic() > deadline:
+                raise SystemExit("not every worker registered")
+            time.sleep(0.5)
+        log(f"up: kind {kind}, workers {[n for _, n in app.workers()]}, redis {app.redis_url}")
+
+        searches = []
+        t_start = time.time()
+        for name in args.problems.split(","):
+            idea = services.create_idea(
+                author=user,
+                title=f"stack proof: {name} knobs",
+                description="Fixed trial budget, built-in tuner.",
+                problem=name,
+                target_kinds=[kind],
+                proposer="tuner",
+                sketch_source="",
+                prohibitions="",
+                max_trials=args.trials,
+                max_gpu_minutes=60,
+                max_wall_minutes=60,
+                max_tokens=None,
+            )
+            with transaction.atomic():
+                s = services.start_search(idea=idea, user=user, seed=1)
+                orchestrator.enqueue_search(s)
+            searches.append(s.pk)
+        log(f"started searches {searches}")
+
+        killed = None
+        deadline = time.monotonic() + args.timeout
+        last = -1
+        while True:
+            qs = Search.objects.filter(pk__in=searches)
+            done = Trial.objects.filter(search__in=searches, status__in=Trial.TERMINAL).count()
+            if done != last:
+                log(f"{done} trials finished; " + ", ".join(f"{s.pk}:{s.status}" for s in qs))
+                last = done
+            if args.kill_worker_after and killed is None and done >= args.kill_worker_after:
+                pid, name = app.workers()[0]
+                os.kill(pid, signal.SIGKILL)
+                killed = {"worker": name, "pid": pid, "after_trials": done, "at": time.time()}
+                log(f"SIGKILL worker {name} (pid {pid})")
+            if all(s.status in (Search.Status.FINISHED, Search.Status.FAILED) for s in qs):
+                break
+            if time.monotonic() > deadline:
+                log("timed out")
+                result["timed_out"] = True
+                break
+            time.sleep(1.0)
+
+        try:
+            result["web"] = web_check(app.port, searches)
+        except OSError as e:
+            result["web"] = {"error": repr(e)}
+        trials = list(Trial.objects.filter(search__in=searches).order_by("pk"))
+        terminal = [t for t in trials if t.status in Trial.TERMINAL]
+        started = [t.queued_at or t.created_at for t in trials]
+        finished = [t.finished_at for t in terminal if t.finished_at]
+        wall = (max(finished) - min(started)).total_seconds() if finished else None
+        # A trial's gpu_seconds is its evaluation job's run time on the worker.
+        durations = [t.gpu_seconds for t in terminal if t.gpu_seconds]
+        dupes = 0
+        for sid in searches:
+            shas = [t.source_sha256 for t in trials if t.search_id == sid]
+            dupes += len(shas) - len(set(shas))
+        by_worker: dict[str, int] = {}
+        for t in terminal:
+            w = (t.report or {}).get("worker") or "-"
+            by_worker[w] = by_worker.get(w, 0) + 1
+        result.update(
+            kind=kind,
+            workers=args.workers,
+            searches=[
+                {
+                    "id": s.pk,
+                    "problem": s.idea.problem,
+                    "status": s.status,
+                    "stop_reason": s.stop_reason,
+                    "trials": s.trials_total,
+                    "kept": s.trials_kept,
+                    "failed": s.trials_failed,
+                    "incumbent_speedup_eager": (
+                        s.incumbent.speedup_eager if s.incumbent_id else None
+                    ),
+                    "incumbent_speedup_compiled": (
+                        s.incumbent.speedup_compiled if s.incumbent_id else None
+                    ),
+                    "failures": sorted(
+                        {t.failure for t in trials if t.search_id == s.pk and t.failure}
+                    ),
+                }
+                for s in Search.objects.filter(pk__in=searches).select_related("incumbent", "idea")
+            ],
+            trials=len(trials),
+            terminal=len(terminal),
+            # Not judged when the run ended: in flight at a time limit, or lost if none was hit.
+            unfinished=len(trials) - len(terminal),
+            duplicates=dupes,
+            retried=sum(1 for t in trials if t.attempts > 1),
+            by_worker=by_worker,
+            wall_s=wall,
+            trials_per_min=(len(terminal) / wall * 60) if wall else None,
+            eval_s_median=statistics.median(durations) if durations else None,
+            gpu_seconds=sum(t.gpu_seconds for t in trials),
+            killed=killed,
+            since_start_s=time.time() - t_start,
+        )
+    finally:
+        app.stop()
+    log(json.dumps({k: v for k, v in result.items() if k != "args"}, indent=1, default=str))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1, default=str))
+    ok = (
+        not result.get("timed_out")
+        and result.get("unfinished") == 0
+        and result.get("duplicates") == 0
+        and all(s["status"] == "finished" for s in result.get("searches", []))
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

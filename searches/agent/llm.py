@@ -1,0 +1,212 @@
+"""One streamed chat completion through the official openai client, with bounded retries.
+
+Rate limits (429), server errors (5xx), dropped connections and timeouts are retried with
+exponential backoff (or the server's Retry-After); a refused key (401/403), an unknown model or
+endpoint (404) and a refused request (400, 422) are `LLMFatal`: retrying cannot help, the search
+stops with the message. API keys never appear in a message this module raises or logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import openai
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 60.0
+_KEYLIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_\-*]{6,}", re.I)
+
+
+class LLMError(Exception):
+    """The endpoint gave no reply; the message is safe to show (no key in it)."""
+
+
+class LLMFatal(LLMError):
+    """Retrying cannot help: a bad key, an unknown model, a refused request."""
+
+
+class LLMUnavailable(LLMError):
+    """Every attempt hit a rate limit, a server error or a timeout."""
+
+
+class LeaseLost(LLMError):
+    """Another orchestrator took the search over while the reply streamed."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    model: str
+    base_url: str = ""
+    api_key: str = ""
+
+    def __repr__(self) -> str:  # never the key
+        return f"Endpoint(model={self.model!r}, base_url={self.base_url!r})"
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_s: float = 120.0  # connecting, or waiting for the next streamed chunk
+    max_reply_s: float = 900.0  # one whole reply
+    attempts: int = 5
+    backoff_s: float = 2.0
+    max_tokens: int = 8000
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    tokens_in: int
+    tokens_out: int
+    attempts: int
+    usage_reported: bool  # False: the server sent no usage, the counts are estimates
+
+
+def redact(message: str, key: str = "") -> str:
+    if key:
+        message = message.replace(key, "***")
+    return _KEYLIKE.sub(lambda m: m.group(1) + "-***", message)
+
+
+def _status_message(e: openai.APIStatusError) -> str:
+    body = e.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        msg = err.get("message") if isinstance(err, dict) else str(err)
+    else:
+        msg = str(body or e.message)
+    return " ".join(str(msg).split())[:300]
+
+
+def _fatal(e: openai.APIStatusError, endpoint: Endpoint) -> LLMFatal:
+    detail = redact(_status_message(e), endpoint.api_key)
+    where = endpoint.base_url or "the default OpenAI endpoint"
+    if e.status_code in (401, 403):
+        text = (
+            f"the LLM endpoint {where} refused the API key ({e.status_code}): {detail}. "
+            "Set a valid key on the search page or in OPENAI_API_KEY."
+        )
+    elif e.status_code == 404:
+        text = (
+            f"model {endpoint.model!r} or the endpoint {where} was not found (404): {detail}. "
+            "Switch the model on the search page, or fix the base URL."
+        )
+    else:
+        text = f"the LLM endpoint {where} refused the request ({e.status_code}): {detail}"
+    return LLMFatal(text)
+
+
+def _retry_after(e: Exception) -> float | None:
+    response = getattr(e, "response", None)
+    if response is None:
+        return None
+    raw = response.headers.get("retry-after")
+    try:
+        return max(0.0, float(raw)) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def complete(
+    endpoint: Endpoint,
+    messages: list[dict[str, str]],
+    *,
+    limits: Limits,
+    on_delta: Callable[[str], None] = lambda text: None,
+    on_retry: Callable[[int, str, float], None] = lambda attempt, why, wait: None,
+    cancelled: threading.Event | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Completion:
+    """Stream one reply; `on_delta` gets the text as it arrives (also of attempts later retried).
+
+    `cancelled` (set from another thread) aborts between chunks with `LeaseLost`.
+    """
+    client = openai.OpenAI(
+        api_key=endpoint.api_key or "unused",  # local servers (vLLM, Ollama) take any key
+        base_url=endpoint.base_url or None,
+        timeout=limits.timeout_s,
+        max_retries=0,  # retried here: visible, bounded, with the search's own backoff
+    )
+    last = ""
+    for attempt in range(1, limits.attempts + 1):
+        try:
+            return _stream(client, endpoint, messages, limits, on_delta, cancelled, attempt)
+        except openai.APIStatusError as e:
+            if e.status_code == 429 or e.status_code >= 500 or e.status_code == 408:
+                why = f"{e.status_code}: {redact(_status_message(e), endpoint.api_key)}"
+                wait = _retry_after(e)
+            else:
+                raise _fatal(e, endpoint) from None
+        except openai.APITimeoutError:
+            why, wait = f"no reply within {limits.timeout_s:g} s", None
+        except openai.APIConnectionError as e:
+            why, wait = f"connection failed: {redact(str(e), endpoint.api_key)}"[:300], None
+        except _ReplyTooSlow as e:
+            why, wait = str(e), None
+        last = why
+        if attempt == limits.attempts:
+            break
+        if wait is None:
+            wait = limits.backoff_s * 2 ** (attempt - 1)
+        wait = min(wait, MAX_BACKOFF_S)
+        log.warning(
+            "LLM %s attempt %d failed (%s); retrying in %.1f s", endpoint.model, attempt, why, wait
+        )
+        on_retry(attempt, why, wait)
+        sleep(wait)
+    raise LLMUnavailable(
+        f"the LLM endpoint gave no reply after {limits.attempts} attempts (last: {last})"
+    )
+
+
+class _ReplyTooSlow(Exception):
+    pass
+
+
+def _stream(
+    client: openai.OpenAI,
+    endpoint: Endpoint,
+    messages: list[dict[str, str]],
+    limits: Limits,
+    on_delta: Callable[[str], None],
+    cancelled: threading.Event | None,
+    attempt: int,
+) -> Completion:
+    deadline = time.monotonic() + limits.max_reply_s
+    stream = client.chat.completions.create(
+        model=endpoint.model,
+        messages=messages,
+        stream=True,
+        stream_options={"include_usage": True},
+        max_tokens=limits.max_tokens,
+        temperature=0.7,
+    )
+    parts: list[str] = []
+    usage = None
+    try:
+        for chunk in stream:
+            if cancelled is not None and cancelled.is_set():
+                raise LeaseLost("another orchestrator took this search over")
+            if getattr(chunk, "usage", None) is not None:
+                usage = chunk.usage
+            for choice in chunk.choices or []:
+                text = getattr(choice.delta, "content", None) if choice.delta else None
+                if text:
+                    parts.append(text)
+                    on_delta(text)
+            if time.monotonic() > deadline:
+                raise _ReplyTooSlow(f"the reply took over {limits.max_reply_s:g} s")
+    finally:
+        stream.close()
+    text = "".join(parts)
+    prompt_chars = sum(len(m["content"]) for m in messages)
+    if usage is not None and usage.prompt_tokens is not None:
+        return Completion(
+            text, int(usage.prompt_tokens), int(usage.completion_tokens or 0), attempt, True
+        )
+    return Completion(text, prompt_chars // 4 + 1, len(text) // 4 + 1, attempt, False)

@@ -1,0 +1,477 @@
+"""Reads for the charts: rows gathered from the database for the pure builders in
+`searches.charts`. Aggregation happens in SQL where it can, and no selector here loads more than
+a bounded number of full reports, so a search of 10,000 trials costs a few small queries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+from django.apps import apps
+from django.db.models import Count, Max, Min
+from django.db.models.functions import Substr, TruncDay, TruncHour
+from django.urls import reverse
+
+from searches.models import Search, Trial, Worker
+
+INTERPRET = "interpret"
+ACCEPTED = (Trial.Status.KEPT, Trial.Status.REVERTED)
+LABEL_CHARS = 80
+MAX_ROOFLINE_ROWS = 2000
+HEATMAP_KERNELS = 8
+CROSS_GPU_KERNELS = 20
+REPORTS_SCANNED = 20
+
+
+def trial_url(search_id: int, index: int) -> str:
+    return reverse("searches:trial", args=[search_id, index])
+
+
+def _label(row: dict[str, Any]) -> str:
+    text = f"trial {row['index']} of search #{row['search_id']}"
+    rationale = (row.get("short") or "").strip().splitlines()
+    return f"{text}: {rationale[0][:LABEL_CHARS]}" if rationale else text
+
+
+# -- GPU kinds --------------------------------------------------------------------------------
+
+
+def gpu_kinds() -> list[str]:
+    """Every GPU kind a worker registered as or a trial ran on (the CPU interpreter last)."""
+    kinds = set(Worker.objects.values_list("kind", flat=True).distinct())
+    kinds |= set(
+        Trial.objects.exclude(device_kind="").values_list("device_kind", flat=True).distinct()
+    )
+    kinds |= {r["kind"] for r in releases()}
+    kinds.discard("")
+    return sorted(kinds, key=lambda k: (k == INTERPRET, k))
+
+
+def ceilings_by_kind() -> dict[str, dict[str, Any]]:
+    """Measured ceilings per kind: the most recently seen worker that has them, else the device
+    block of the newest report that carries them."""
+    found: dict[str, dict[str, Any]] = {}
+    for kind, ceilings in (
+        Worker.objects.exclude(ceilings=None)
+        .order_by("kind", "-last_heartbeat")
+        .values_list("kind", "ceilings")
+    ):
+        if isinstance(ceilings, dict) and kind not in found:
+            found[kind] = ceilings
+    for kind in set(gpu_kinds()) - set(found) - {INTERPRET}:
+        trial = (
+            Trial.objects.filter(device_kind=kind, status__in=ACCEPTED)
+            .exclude(report=None)
+            .order_by("-finished_at", "-id")
+            .only("report")
+            .first()
+        )
+        device = (trial.report or {}).get("device") if trial else None
+        ceilings = device.get("ceilings") if isinstance(device, dict) else None
+        if isinstance(ceilings, dict):
+            found[kind] = ceilings
+    return found
+
+
+# -- releases (the library app, issue 5) -------------------------------------------------------
+
+
+def releases() -> list[dict[str, Any]]:
+    """Released kernels, one row per (GPU kind, problem): ``{"kind", "problem",
+    "speedup_eager", "speedup_compiled", "label", "url"}``.
+
+    Contract with the library app: when it is installed, it provides
+    ``library.selectors.released_speedups()`` returning rows of exactly this shape (the best
+    release per kind and problem). Until then, or while it lacks that function, there are no
+    releases and the charts say so.
+    """
+    if not apps.is_installed("library"):
+        return []
+    try:
+        from library import selectors as library_selectors  # type: ignore[import-not-found]
+    except ImportError:
+        return []
+    provider = getattr(library_selectors, "released_speedups", None)
+    if provider is None:
+        return []
+    return [dict(row) for row in provider()]
+
+
+def releases_by_kind() -> dict[str, list[dict[str, Any]]]:
+    by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in releases():
+        by_kind[row["kind"]].append(row)
+    return dict(by_kind)
+
+
+# -- best found --------------------------------------------------------------------------------
+
+
+def best_found_by_kind(problem: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Per GPU kind, per problem: the best kept trial's speedups (vs eager and vs torch.compile,
+    each the best over that problem's kept trials on that kind), linked to the best vs eager."""
+    trials = Trial.objects.filter(status=Trial.Status.KEPT).exclude(device_kind__in=("", INTERPRET))
+    if problem is not None:
+        trials = trials.filter(search__idea__problem=problem)
+    groups = (
+        trials.values("device_kind", "search__idea__problem")
+        .annotate(eager=Max("speedup_eager"), compiled=Max("speedup_compiled"))
+        .order_by("device_kind", "search__idea__problem")
+    )
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for group in groups:
+        if group["eager"] is None and group["compiled"] is None:
+            continue
+        kind, name = group["device_kind"], group["search__idea__problem"]
+        best = (
+            trials.filter(device_kind=kind, search__idea__problem=name)
+            .exclude(speedup_eager=None)
+            .order_by("-speedup_eager", "id")
+            .annotate(short=Substr("rationale", 1, LABEL_CHARS))
+            .values("search_id", "index", "short")
+            .first()
+        )
+        out[kind].append(
+            {
+                "problem": name,
+                "speedup_eager": group["eager"],
+                "speedup_compiled": group["compiled"],
+                "label": _label(best) if best else "",
+                "url": trial_url(best["search_id"], best["index"]) if best else "",
+            }
+        )
+    return dict(out)
+
+
+# -- one search --------------------------------------------------------------------------------
+
+
+def progress_rows(search: Search) -> list[dict[str, Any]]:
+    """Every trial of the search in index order, without the heavy columns."""
+    rows = (
+        Trial.objects.filter(search=search)
+        .order_by("index")
+        .annotate(short=Substr("rationale", 1, LABEL_CHARS))
+        .values("search_id", "index", "status", "failure", "speedup_eager", "short")
+    )
+    return [
+        {
+            "index": r["index"],
+            "status": r["status"],
+            "failure": r["failure"],
+            "speedup_eager": r["speedup_eager"],
+            "label": _label(r),
+            "url": trial_url(r["search_id"], r["index"]),
+        }
+        for r in rows
+    ]
+
+
+def burndown_events(search: Search) -> list[dict[str, Any]]:
+    """Judged trials in the order they finished: minute since the search started, GPU seconds,
+    tokens."""
+    if search.started_at is None:
+        return []
+    rows = (
+        Trial.objects.filter(search=search, status__in=Trial.TERMINAL)
+        .exclude(finished_at=None)
+        .order_by("finished_at", "id")
+        .values_list("finished_at", "gpu_seconds", "tokens_in", "tokens_out")
+    )
+    return [
+        {
+            "minute": max(0.0, (finished - search.started_at).total_seconds() / 60),
+            "gpu_seconds": gpu,
+            "tokens": (tin or 0) + (tout or 0),
+        }
+        for finished, gpu, tin, tout in rows
+    ]
+
+
+# -- failure taxonomy --------------------------------------------------------------------------
+
+
+def _outcome(status: str, failure: str | None) -> str:
+    return failure or ("failed" if status == Trial.Status.FAILED else status)
+
+
+def _judged(search: Search | None = None, kind: str | None = None):
+    trials = Trial.objects.filter(status__in=Trial.TERMINAL)
+    if search is not None:
+        trials = trials.filter(search=search)
+    if kind is not None:
+        trials = trials.filter(device_kind=kind)
+    return trials
+
+
+def proposer_label(proposer: str, model: str | None) -> str:
+    if model and model not in proposer:
+        return f"{proposer} · {model}"
+    return proposer
+
+
+def outcome_counts(search: Search | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+    """Judged trials counted per proposer / model and outcome (kept, reverted, or the failure
+    category)."""
+    rows = (
+        _judged(search, kind)
+        .values("proposer", "model", "status", "failure")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    totals: dict[tuple[str, str], int] = defaultdict(int)
+    for r in rows:
+        group = proposer_label(r["proposer"], r["model"])
+        totals[(group, _outcome(r["status"], r["failure"]))] += r["n"]
+    return [{"group": g, "outcome": o, "count": n} for (g, o), n in sorted(totals.items())]
+
+
+def outcome_counts_over_time(
+    search: Search | None = None, kind: str | None = None
+) -> tuple[list[dict[str, Any]], str]:
+    """Judged trials per time bucket and outcome; hourly buckets over spans up to two days,
+    daily ones beyond. Returns (rows, "hour" or "day")."""
+    trials = _judged(search, kind).exclude(finished_at=None)
+    span = trials.aggregate(first=Min("finished_at"), last=Max("finished_at"))
+    if span["first"] is None:
+        return [], "hour"
+    hourly = span["last"] - span["first"] <= timedelta(days=2)
+    trunc, bucket = (TruncHour, "hour") if hourly else (TruncDay, "day")
+    rows = (
+        trials.annotate(bucket=trunc("finished_at"))
+        .values("bucket", "status", "failure")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    totals: dict[tuple[str, str], int] = defaultdict(int)
+    fmt = "%Y-%m-%d %H:00" if hourly else "%Y-%m-%d"
+    for r in rows:
+        totals[(r["bucket"].strftime(fmt), _outcome(r["status"], r["failure"]))] += r["n"]
+    return [{"group": g, "outcome": o, "count": n} for (g, o), n in sorted(totals.items())], bucket
+
+
+# -- roofline ----------------------------------------------------------------------------------
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def problem_work(report: dict[str, Any] | None) -> dict[str, float] | None:
+    """Geometric means over a report's shapes of the FLOPs and minimum bytes the problem
+    defines for each shape (recovered from the harness's per-shape ms, GB/s and TFLOP/s, which
+    it computed from the problem's `flops` and `bytes`)."""
+    flops, nbytes = [], []
+    for shape in (report or {}).get("shapes") or []:
+        ms, tflops, gbps = shape.get("candidate_ms"), shape.get("tflops"), shape.get("gbps")
+        if not (ms and tflops and gbps):
+            return None
+        flops.append(tflops * 1e12 * ms * 1e-3)
+        nbytes.append(gbps * 1e9 * ms * 1e-3)
+    f, b = _geomean(flops), _geomean(nbytes)
+    if f is None or b is None:
+        return None
+    return {"flops": f, "bytes": b}
+
+
+def roofline_points(kind: str, *, limit: int = MAX_ROOFLINE_ROWS) -> list[dict[str, Any]]:
+    """Accepted, timed trials on `kind`, placed by the geometric-mean shape of their problem:
+    intensity = geomean FLOPs / geomean bytes; achieved TFLOP/s = geomean FLOPs / geomean ms
+    (the harness's geomean_ms is over the same shapes). One report per problem is read.
+
+    At most `limit` trials, kept ones first (deterministic: newest of the rest first)."""
+    base = Trial.objects.filter(device_kind=kind, status__in=ACCEPTED).exclude(geomean_ms=None)
+    fields = ("id", "search_id", "index", "status", "geomean_ms", "search__idea__problem", "short")
+    annotated = base.annotate(short=Substr("rationale", 1, LABEL_CHARS))
+    kept = list(annotated.filter(status=Trial.Status.KEPT).order_by("-id").values(*fields)[:limit])
+    rest = list(
+        annotated.filter(status=Trial.Status.REVERTED)
+        .order_by("-id")
+        .values(*fields)[: max(0, limit - len(kept))]
+    )
+    rows = sorted(kept + rest, key=lambda r: r["id"])
+    work: dict[str, dict[str, float] | None] = {}
+    for name in {r["search__idea__problem"] for r in rows}:
+        work[name] = None
+        # The newest report with per-shape numbers (a tuner's quick report may have none).
+        for report in (
+            base.filter(search__idea__problem=name)
+            .exclude(report=None)
+            .order_by("-id")
+            .values_list("report", flat=True)[:REPORTS_SCANNED]
+        ):
+            work[name] = problem_work(report)
+            if work[name] is not None:
+                break
+    points = []
+    for r in rows:
+        w = work.get(r["search__idea__problem"])
+        if not w or not r["geomean_ms"]:
+            continue
+        points.append(
+            {
+                "problem": r["search__idea__problem"],
+                "intensity": w["flops"] / w["bytes"],
+                "tflops": w["flops"] / (r["geomean_ms"] * 1e-3) / 1e12,
+                "status": r["status"],
+                "label": _label(r),
+                "url": trial_url(r["search_id"], r["index"]),
+            }
+        )
+    return points
+
+
+# -- per-shape heatmaps ------------------------------------------------------------------------
+
+
+def _shape_speedups(report: dict[str, Any] | None) -> dict[str, float]:
+    out = {}
+    for shape in (report or {}).get("shapes") or []:
+        label, value = shape.get("label"), shape.get("speedup_eager")
+        if isinstance(label, str) and isinstance(value, int | float):
+            out[label] = float(value)
+    return out
+
+
+def _shape_order(reports: list[dict[str, Any] | None]) -> list[str]:
+    seen: dict[str, None] = {}
+    for report in reports:
+        for shape in (report or {}).get("shapes") or []:
+            if isinstance(shape.get("label"), str):
+                seen.setdefault(shape["label"], None)
+    return list(seen)
+
+
+def _with_shapes(trials, limit: int) -> list[Trial]:
+    """The fastest of `trials` (vs eager) whose reports time each shape, at most `limit`,
+    scanning a bounded number of reports."""
+    out = []
+    for trial in (
+        trials.exclude(speedup_eager=None)
+        .order_by("-speedup_eager", "id")
+        .only("search_id", "index", "report")[: limit + REPORTS_SCANNED]
+    ):
+        if _shape_speedups(trial.report):
+            out.append(trial)
+            if len(out) >= limit:
+                break
+    return out
+
+
+def heatmap_by_kind(problem: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Shapes x GPU kinds: for each kind, the per-shape speedups of its best kept trial."""
+    columns, reports = [], []
+    kept = Trial.objects.filter(status=Trial.Status.KEPT, search__idea__problem=problem).exclude(
+        device_kind__in=("", INTERPRET)
+    )
+    for kind in sorted(set(kept.values_list("device_kind", flat=True))):
+        best = next(iter(_with_shapes(kept.filter(device_kind=kind), 1)), None)
+        if best is None:
+            continue
+        reports.append(best.report)
+        columns.append(
+            {
+                "name": kind,
+                "url": trial_url(best.search_id, best.index),
+                "speedups": _shape_speedups(best.report),
+            }
+        )
+    return _shape_order(reports), columns
+
+
+def heatmap_by_kernel(
+    problem: str, kind: str, *, limit: int = HEATMAP_KERNELS
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Shapes x kernels on one kind: the `limit` fastest kept trials (by speedup vs eager)."""
+    best = _with_shapes(
+        Trial.objects.filter(
+            status=Trial.Status.KEPT, search__idea__problem=problem, device_kind=kind
+        ),
+        limit,
+    )
+    columns = [
+        {
+            "name": f"#{t.search_id}/{t.index}",
+            "url": trial_url(t.search_id, t.index),
+            "speedups": _shape_speedups(t.report),
+        }
+        for t in best
+    ]
+    return _shape_order([t.report for t in best]), columns
+
+
+def kinds_with_kept(problem: str) -> list[str]:
+    return sorted(
+        set(
+            Trial.objects.filter(status=Trial.Status.KEPT, search__idea__problem=problem)
+            .exclude(device_kind__in=("", INTERPRET))
+            .exclude(speedup_eager=None)
+            .values_list("device_kind", flat=True)
+        )
+    )
+
+
+# -- cross-GPU ---------------------------------------------------------------------------------
+
+
+def cross_gpu_kernels(
+    problem: str | None = None, *, limit: int = CROSS_GPU_KERNELS
+) -> list[dict[str, Any]]:
+    """Sources (by sha256) accepted and timed on two or more GPU kinds, with the best run on
+    each kind; the sources run on the most kinds first."""
+    timed = (
+        Trial.objects.filter(status__in=ACCEPTED)
+        .exclude(speedup_eager=None)
+        .exclude(device_kind__in=("", INTERPRET))
+    )
+    if problem is not None:
+        timed = timed.filter(search__idea__problem=problem)
+    shas = list(
+        timed.values("source_sha256")
+        .annotate(kinds=Count("device_kind", distinct=True), last=Max("id"))
+        .filter(kinds__gte=2)
+        .order_by("-kinds", "-last")
+        .values_list("source_sha256", flat=True)[:limit]
+    )
+    runs = (
+        timed.filter(source_sha256__in=shas)
+        .order_by("source_sha256", "device_kind", "-speedup_eager", "id")
+        .values(
+            "source_sha256",
+            "device_kind",
+            "speedup_eager",
+            "speedup_compiled",
+            "search_id",
+            "index",
+            "search__idea__problem",
+        )
+    )
+    kernels: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        sha = r["source_sha256"]
+        kernel = kernels.setdefault(
+            sha,
+            {"label": f"{r['search__idea__problem']} {sha[:8]}", "sha256": sha, "runs": []},
+        )
+        if any(run["kind"] == r["device_kind"] for run in kernel["runs"]):
+            continue  # the best run on this kind came first
+        kernel["runs"].append(
+            {
+                "kind": r["device_kind"],
+                "speedup_eager": r["speedup_eager"],
+                "speedup_compiled": r["speedup_compiled"],
+                "url": trial_url(r["search_id"], r["index"]),
+            }
+        )
+    return [kernels[sha] for sha in shas if sha in kernels]
+
+
+def has_trials(kind: str | None = None) -> bool:
+    trials = Trial.objects.all() if kind is None else Trial.objects.filter(device_kind=kind)
+    return trials.exists()

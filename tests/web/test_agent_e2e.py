@@ -1,0 +1,129 @@
+"""An LLM search end to end with real processes: the orchestrator (`manage.py orchestrator`),
+an `interpret` GPU worker, real Redis, and the local OpenAI-compatible server replaying real
+Triton candidates (good, wrong, malformed, hacked)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from django.db import connection, transaction
+
+from searches import orchestrator, services
+from searches.models import Search, Trial
+from tests.conftest import test_redis_url
+from tests.web.agent_helpers import GOOD, HACKED, MALFORMED, WRONG, fenced
+from tests.web.domain import idea_kwargs
+from tests.web.openai_server import OpenAIServer, Step
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def env(worker_id):
+    db = 11 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
+    url = test_redis_url(db)
+    conn = redis.Redis.from_url(url)
+    try:
+        conn.ping()
+    except redis.RedisError:
+        pytest.skip(f"no Redis on {url}")
+    conn.flushdb()
+    s = connection.settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        db_url = f"sqlite:///{s['NAME']}"
+    else:
+        host = f"{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}"
+        db_url = f"postgres://{s['USER'] or 'postgres'}@{host}/{s['NAME']}"
+    server = OpenAIServer().__enter__()
+    environ = {
+        **os.environ,
+        "REDIS_URL": url,
+        "DATABASE_URL": db_url,
+        "DJANGO_SETTINGS_MODULE": "autoweb.settings",
+        "PYTHONUNBUFFERED": "1",
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "sk-e2e-secret-key-000000",
+        "AUTOWEB_LLM_TUNE_TRIALS": "1",
+        "AUTOWEB_LLM_BACKOFF_MS": "10",
+    }
+    procs: list[subprocess.Popen] = []
+
+    def start(*cmd: str) -> subprocess.Popen:
+        p = subprocess.Popen(
+            [sys.executable, *cmd],
+            cwd=ROOT,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        procs.append(p)
+        return p
+
+    yield {"url": url, "start": start, "server": server}
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+    server.__exit__(None, None, None)
+    conn.flushdb()
+
+
+def test_an_llm_search_keeps_tunes_reverts_and_fails_with_the_right_categories(
+    env, settings, engineer
+):
+    server = env["server"]
+    server.script.add(
+        Step(status=429, message="slow down", retry_after=0.1),  # retried, then:
+        Step(reply=fenced(GOOD), chunk_chars=64),  # kept; then its knobs tuned once
+        Step(reply=fenced(WRONG)),  # incorrect, on the worker
+        Step(reply=MALFORMED),  # malformed, no worker needed
+        Step(reply=fenced(HACKED)),  # prohibited by the static checks
+    )
+    settings.REDIS_URL = env["url"]
+    idea = services.create_idea(
+        **idea_kwargs(
+            engineer,
+            proposer="llm:model-a",
+            target_kinds=["interpret"],
+            max_trials=5,
+            context_packs=["deepseek-mla-sparse"],
+        )
+    )
+    with transaction.atomic():
+        search = services.start_search(idea=idea, user=engineer, seed=1)
+        orchestrator.enqueue_search(search)
+    env["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "e2e:llm")
+    env["start"]("manage.py", "orchestrator")
+    deadline = time.monotonic() + 420
+    while time.monotonic() < deadline:
+        search.refresh_from_db()
+        if not search.is_active:
+            break
+        time.sleep(0.5)
+    trials = list(search.trials.order_by("index"))
+    states = [(t.index, t.proposer, t.status, t.failure, t.reason[:80]) for t in trials]
+    assert search.status == Search.Status.FINISHED, (search.stop_reason, states)
+    assert search.stop_reason.startswith("budget: trials"), search.stop_reason
+    assert [(t.proposer, t.status, t.failure) for t in trials] == [
+        ("llm:model-a", Trial.Status.KEPT, None),
+        ("tuner", Trial.Status.REVERTED, None),
+        ("llm:model-a", Trial.Status.FAILED, "incorrect"),
+        ("llm:model-a", Trial.Status.FAILED, "malformed"),
+        ("llm:model-a", Trial.Status.FAILED, "prohibited"),
+    ], states
+    assert trials[1].parent_id == trials[0].pk and trials[1].knob_values["BLOCK_N"] == 512
+    assert all(t.prompt and t.tokens_in for t in trials if t.proposer != "tuner")
+    assert "kv_lora_rank" in trials[0].prompt
+    # The fourth prompt heard about the wrong candidate's failure.
+    assert "failed (incorrect)" in trials[3].prompt
+    assert search.tokens == sum((t.tokens_in or 0) + (t.tokens_out or 0) for t in trials)
+    assert len(server.requests) == 5  # one 429, then four replies

@@ -1,0 +1,161 @@
+"""Faults with real processes: Redis restarted (empty, as a server without persistence comes
+back) while a search runs. The database is the record; queues, leases and heartbeats are
+rebuilt, and the search finishes with every trial judged once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from django.db import connection
+
+from searches.models import Search
+from tests.web.test_search_e2e import _search, _wait
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A private redis-server that keeps nothing on disk; stop() and start() on one port."""
+
+    def __init__(self, tmp: Path) -> None:
+        exe = shutil.which("redis-server")
+        if not exe:
+            pytest.skip("no redis-server on PATH")
+        self.exe, self.tmp, self.port = exe, tmp, _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+            + ["--appendonly", "no", "--dir", str(self.tmp)],
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(self.url).ping()
+                return
+            except redis.RedisError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def stack(tmp_path):
+    server = RedisServer(tmp_path)
+    server.start()
+    s = connection.settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        db_url = f"sqlite:///{s['NAME']}"
+    else:
+        host = f"{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}"
+        db_url = f"postgres://{s['USER'] or 'postgres'}@{host}/{s['NAME']}"
+    env = {
+        **os.environ,
+        "REDIS_URL": server.url,
+        "DATABASE_URL": db_url,
+        "DJANGO_SETTINGS_MODULE": "autoweb.settings",
+        "PYTHONUNBUFFERED": "1",
+    }
+    procs: list[subprocess.Popen] = []
+
+    def start(*cmd: str) -> subprocess.Popen:
+        p = subprocess.Popen(
+            [sys.executable, *cmd],
+            cwd=ROOT,
+            env=env,
+            stdout=open(tmp_path / f"proc{len(procs)}.log", "w"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        procs.append(p)
+        return p
+
+    yield {"redis": server, "start": start, "logs": tmp_path}
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+    if server.proc.poll() is None:
+        server.kill()
+
+
+def test_a_redis_restart_mid_search_loses_no_trial_and_repeats_none(stack, settings):
+    search = _search(settings, stack["redis"].url, max_trials=4)
+    worker = stack["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "f:w")
+    orch = stack["start"]("manage.py", "orchestrator")
+    _wait(search, lambda s: s.trials.filter(status__in=["kept", "reverted", "failed"]).exists())
+    stack["redis"].kill()
+    time.sleep(3)  # clients see refused connections for a while
+    stack["redis"].start()
+    try:
+        search = _wait(search, lambda s: s.status == Search.Status.FINISHED, timeout=360)
+    except AssertionError:
+        logs = "".join(p.read_text()[-3000:] for p in sorted(stack["logs"].glob("proc*.log")))
+        raise AssertionError(logs) from None
+    assert worker.poll() is None, "the worker survived the restart"
+    assert orch.poll() is None, "the orchestrator survived the restart"
+    trials = list(search.trials.order_by("index"))
+    assert [t.index for t in trials] == [1, 2, 3, 4]
+    assert all(t.terminal for t in trials)
+    assert len({t.source_sha256 for t in trials}) == 4, "no candidate evaluated twice"
+    assert search.trials_total == 4
+    assert search.stop_reason.startswith("budget: trials")
+
+
+def test_a_search_that_stops_improving_finishes_on_its_plateau(stack, settings):
+    """On the interpreter no timing beats the first incumbent, so with patience 2 the search
+    ends after three trials, well inside its trial budget, and says why."""
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+
+    from searches import orchestrator, services
+
+    settings.REDIS_URL = stack["redis"].url
+    user = get_user_model().objects.create_user("plateau", password="pw")
+    services.grant_role(user=user, role="engineers")
+    idea = services.create_idea(
+        author=user,
+        title="softmax plateau",
+        description="",
+        problem="softmax",
+        target_kinds=["interpret"],
+        proposer="tuner",
+        sketch_source="",
+        prohibitions="",
+        max_trials=12,
+        max_gpu_minutes=30,
+        max_wall_minutes=30,
+        max_tokens=None,
+    )
+    with transaction.atomic():
+        search = services.start_search(idea=idea, user=user, plateau_patience=2)
+        orchestrator.enqueue_search(search)
+    stack["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "f:p")
+    stack["start"]("manage.py", "orchestrator")
+    search = _wait(search, lambda s: s.status == Search.Status.FINISHED, timeout=300)
+    assert search.stop_reason == "plateau (2 trials in a row without a new incumbent)"
+    assert search.trials_total == 3
+    assert all(t.terminal for t in search.trials.all())
