@@ -243,3 +243,11 @@ def test_released_speedups_give_the_best_active_release_per_kind_and_problem(rel
     ]
     Release.objects.filter(pk=release.pk).update(revoked_at=release.created_at)
     assert selectors.released_speedups() == []
+
+
+def test_the_charts_read_the_releases(release, engineer_client):
+    from library import selectors
+    from searches import chart_data
+
+    assert chart_data.releases() == selectors.released_speedups() != []
+    assert engineer_client.get(reverse("searches:dashboard")).status_code == 200
