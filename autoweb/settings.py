@@ -27,6 +27,25 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
+# HTTPS. With DEBUG off everything below is on, and `manage.py check --deploy` is clean; local
+# development (DEBUG on, plain http) has it off. Behind a reverse proxy that terminates TLS, set
+# BEHIND_TLS_PROXY=1 so that the proxy's X-Forwarded-Proto tells Django a request came over
+# https (the proxy must set that header itself, overwriting any the client sent); a proxy that
+# redirects http to https itself may set SECURE_SSL_REDIRECT=0.
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
+if envbool("BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = not DEBUG
+CSRF_COOKIE_SECURE = not DEBUG
+# One year by default; start lower (e.g. 3600) on a domain that has never been served over https.
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", True)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+
 INSTALLED_APPS = [
     "daphne",  # first: its runserver serves http and websockets
     "django.contrib.admin",

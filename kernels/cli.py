@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from kernels import problems
+from kernels.harness.static import MAX_SOURCE_BYTES
 
 
 class UsageError(Exception):
@@ -38,6 +39,10 @@ def _read_candidate(path: str | None, problem: problems.Problem) -> tuple[str, s
     if not p.is_file():
         raise UsageError(f"candidate file {str(p)!r} does not exist")
     try:
+        if p.stat().st_size > MAX_SOURCE_BYTES:
+            # Enough for the static check to reject it as oversize, without reading it all.
+            with p.open("rb") as f:
+                return f.read(MAX_SOURCE_BYTES + 1).decode("utf-8", "replace"), str(p)
         return p.read_text(), str(p)
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"cannot read candidate {str(p)!r}: {e}") from e

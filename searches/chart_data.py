@@ -5,6 +5,7 @@ a bounded number of full reports, so a search of 10,000 trials costs a few small
 
 from __future__ import annotations
 
+import html
 import math
 from collections import defaultdict
 from datetime import timedelta
@@ -33,7 +34,27 @@ def trial_url(search_id: int, index: int) -> str:
 def _label(row: dict[str, Any]) -> str:
     text = f"trial {row['index']} of search #{row['search_id']}"
     rationale = (row.get("short") or "").strip().splitlines()
-    return f"{text}: {rationale[0][:LABEL_CHARS]}" if rationale else text
+    return f"{text}: {plotly_text(rationale[0][:LABEL_CHARS])}" if rationale else text
+
+
+def plotly_text(text: str) -> str:
+    """`text` as plotly.js shows it literally: plotly renders a subset of HTML in labels and
+    titles (<a href>, <span style>, <b>), and rationales and shape labels are written by models
+    and workers. plotly decodes &lt; &gt; &amp; back for display."""
+    return html.escape(text, quote=False)
+
+
+def _shapes(report: Any) -> list[dict[str, Any]]:
+    """A stored report's per-shape rows that are objects (a report is the worker's word)."""
+    shapes = report.get("shapes") if isinstance(report, dict) else None
+    return [s for s in shapes if isinstance(s, dict)] if isinstance(shapes, list) else []
+
+
+def _positive(value: Any) -> float | None:
+    """A finite number > 0, or None (NaN and infinities are stored as strings)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
 
 
 # -- GPU kinds --------------------------------------------------------------------------------
@@ -268,8 +289,8 @@ def problem_work(report: dict[str, Any] | None) -> dict[str, float] | None:
     defines for each shape (recovered from the harness's per-shape ms, GB/s and TFLOP/s, which
     it computed from the problem's `flops` and `bytes`)."""
     flops, nbytes = [], []
-    for shape in (report or {}).get("shapes") or []:
-        ms, tflops, gbps = shape.get("candidate_ms"), shape.get("tflops"), shape.get("gbps")
+    for shape in _shapes(report):
+        ms, tflops, gbps = (_positive(shape.get(k)) for k in ("candidate_ms", "tflops", "gbps"))
         if not (ms and tflops and gbps):
             return None
         flops.append(tflops * 1e12 * ms * 1e-3)
@@ -332,19 +353,19 @@ def roofline_points(kind: str, *, limit: int = MAX_ROOFLINE_ROWS) -> list[dict[s
 
 def _shape_speedups(report: dict[str, Any] | None) -> dict[str, float]:
     out = {}
-    for shape in (report or {}).get("shapes") or []:
-        label, value = shape.get("label"), shape.get("speedup_eager")
-        if isinstance(label, str) and isinstance(value, int | float):
-            out[label] = float(value)
+    for shape in _shapes(report):
+        label, value = shape.get("label"), _positive(shape.get("speedup_eager"))
+        if isinstance(label, str) and value is not None:
+            out[plotly_text(label)] = value
     return out
 
 
 def _shape_order(reports: list[dict[str, Any] | None]) -> list[str]:
     seen: dict[str, None] = {}
     for report in reports:
-        for shape in (report or {}).get("shapes") or []:
+        for shape in _shapes(report):
             if isinstance(shape.get("label"), str):
-                seen.setdefault(shape["label"], None)
+                seen.setdefault(plotly_text(shape["label"]), None)
     return list(seen)
 
 

@@ -213,7 +213,8 @@ class Loop:
                 reasons=[f"the worker returned no report ({type(report).__name__})"],
             )
         else:
-            seconds = (report.get("summary") or {}).get("seconds")
+            summary = report.get("summary")  # the worker's word: any type at all
+            seconds = summary.get("seconds") if isinstance(summary, dict) else None
             seconds = float(seconds) if isinstance(seconds, int | float) and seconds >= 0 else 0.0
             try:
                 trial = services.record_result(trial=trial, report=report, gpu_seconds=seconds)

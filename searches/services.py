@@ -714,9 +714,25 @@ def _clean_report(report: Any) -> dict[str, Any]:
     reasons = report.get("reasons") or []
     if not isinstance(reasons, list):
         raise InvalidReport("The report's reasons are a list of strings.")
-    for key in ("summary", "device"):
+    for key in ("summary", "device", "checks"):
         if report.get(key) is not None and not isinstance(report.get(key), Mapping):
             raise InvalidReport(f"The report's {key} is a JSON object.")
+    shapes = report.get("shapes")
+    if shapes is not None and not isinstance(shapes, list):  # odd entries: readers skip them
+        raise InvalidReport("The report's shapes are a list, one entry per shape.")
+    kind = (report.get("device") or {}).get("kind")
+    if kind is not None and (
+        not isinstance(kind, str) or not KIND_RE.match(kind) or len(kind) > 64
+    ):
+        raise InvalidReport(
+            f"The report's device kind must be like h200 or a100-80gb; got {kind!r}."
+        )
+    summary = report.get("summary") or {}
+    ms, noise = _number(summary.get("geomean_ms")), _number(summary.get("noise"))
+    if ms is not None and ms <= 0:
+        raise InvalidReport(f"The report's geomean_ms must be above 0; got {ms!r}.")
+    if noise is not None and noise < 0:
+        raise InvalidReport(f"The report's noise must be 0 or more; got {noise!r}.")
     cleaned = _jsonable(dict(report), error=InvalidReport)
     cleaned["reasons"] = [str(r) for r in cleaned.get("reasons") or []]
     return cleaned

@@ -180,7 +180,44 @@ def _import(name: str, path: Path) -> ModuleType:
     missing = [a for a in _REQUIRED if not hasattr(mod, a)]
     if missing:
         raise ProblemError(f"problem {name!r} ({path}) lacks {', '.join(missing)}")
+    _check_declarations(name, mod)
     return mod
+
+
+_SIGNATURE_RE = re.compile(r"^kernel\(\s*[A-Za-z_]\w*(\s*,\s*[A-Za-z_]\w*)*\s*\)$")
+_DIM_RE = re.compile(r"^[A-Za-z_]\w{0,31}$")
+MAX_SHAPES = 256
+
+
+def _check_declarations(name: str, mod: ModuleType) -> None:
+    """A problem module is user code: refuse declarations the harness would trip over later
+    (an empty sweep would accept any candidate having checked nothing)."""
+    sig = mod.SIGNATURE
+    if not isinstance(sig, str) or not _SIGNATURE_RE.match(sig.strip()):
+        raise ProblemError(f"problem {name!r}: SIGNATURE must look like 'kernel(x, weight)'")
+    for tier in ("SHAPES_FULL", "SHAPES_SMOKE"):
+        shapes = getattr(mod, tier)
+        if not isinstance(shapes, list | tuple) or not shapes:
+            raise ProblemError(f"problem {name!r}: {tier} must be a non-empty list of shapes")
+        if len(shapes) > MAX_SHAPES:
+            raise ProblemError(f"problem {name!r}: {tier} has over {MAX_SHAPES} shapes")
+        for i, shape in enumerate(shapes):
+            if not isinstance(shape, dict) or not shape:
+                raise ProblemError(
+                    f"problem {name!r}: {tier}[{i}] must be a dict of sizes like "
+                    f"{{'M': 4096, 'N': 1024}}; got {shape!r:.80}"
+                )
+            for dim, size in shape.items():
+                if not isinstance(dim, str) or not _DIM_RE.match(dim):
+                    raise ProblemError(f"problem {name!r}: {tier}[{i}] has a bad name {dim!r:.40}")
+                if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                    raise ProblemError(
+                        f"problem {name!r}: {tier}[{i}][{dim!r}] must be a positive integer; "
+                        f"got {size!r:.40}"
+                    )
+    for key in ("DTYPES", "TOLERANCE"):
+        if not isinstance(getattr(mod, key), dict):
+            raise ProblemError(f"problem {name!r}: {key} must be a dict")
 
 
 _cache: dict[Path, Problem] = {}

@@ -73,6 +73,7 @@ def _shape_lines(report: dict | None) -> tuple[list[str], str]:
         if not isinstance(s, dict):
             continue
         bound = s.get("bound")
+        bound = bound if isinstance(bound, str) else None  # a report is the worker's word
         if bound:
             bounds[bound] += 1
         parts = [str(s.get("label") or s.get("shape") or "?")]

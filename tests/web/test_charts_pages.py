@@ -166,7 +166,8 @@ def test_hostile_rationales_are_inert_in_chart_data(engineer_client, search):
     html = engineer_client.get(url).content.decode()
     for raw in HOSTILE_RAW:
         assert raw not in html
-    assert "\\u003Cscript\\u003E" in html  # json_script escaped it; the browser sees text
+    # Escaped twice: as text for plotly (&lt;, which plotly shows as <), then by json_script.
+    assert "\\u0026lt;script\\u0026gt;" in html
     assert_inert(engineer_client.get(reverse("searches:search", args=[search.pk])).content.decode())
 
 

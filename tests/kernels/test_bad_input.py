@@ -1,0 +1,99 @@
+"""Bad input to the Django-free side: problem modules that declare malformed shapes, and an
+oversize candidate through the CLI. A clear message each, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernels import problems
+from kernels.harness.static import MAX_SOURCE_BYTES
+from tests.kernels.test_cli import ROWSCALE, SEED, cli
+
+GOOD_SHAPES = 'SHAPES_SMOKE = [{"M": 1, "N": 1}, {"M": 7, "N": 300}, {"M": 3, "N": 5000}]'
+
+BAD_DECLARATIONS = [
+    ("SHAPES_SMOKE = []", "SHAPES_SMOKE must be a non-empty list"),
+    ("SHAPES_SMOKE = 5", "SHAPES_SMOKE must be a non-empty list"),
+    ('SHAPES_SMOKE = "M=4,N=8"', "SHAPES_SMOKE must be a non-empty list"),
+    ('SHAPES_SMOKE = [{"M": 4, "N": 8}, 7]', "SHAPES_SMOKE[1] must be a dict of sizes"),
+    ("SHAPES_SMOKE = [{}]", "SHAPES_SMOKE[0] must be a dict of sizes"),
+    ('SHAPES_SMOKE = [{"M": 0, "N": 8}]', "SHAPES_SMOKE[0]['M'] must be a positive integer"),
+    ('SHAPES_SMOKE = [{"M": -4, "N": 8}]', "must be a positive integer; got -4"),
+    ('SHAPES_SMOKE = [{"M": 4.5, "N": 8}]', "must be a positive integer; got 4.5"),
+    ('SHAPES_SMOKE = [{"M": "big", "N": 8}]', "must be a positive integer; got 'big'"),
+    ('SHAPES_SMOKE = [{"M": True, "N": 8}]', "must be a positive integer; got True"),
+    ('SHAPES_SMOKE = [{"M N": 4}]', "has a bad name 'M N'"),
+    ('SHAPES_SMOKE = [{"M": 1}] * 1000', "over 256 shapes"),
+]
+
+
+def write_problem(folder: Path, name: str, shapes_line: str) -> Path:
+    assert GOOD_SHAPES in ROWSCALE
+    (folder / f"{name}.py").write_text(ROWSCALE.replace(GOOD_SHAPES, shapes_line))
+    return folder
+
+
+@pytest.mark.parametrize(("line", "message"), BAD_DECLARATIONS)
+def test_a_problem_declaring_malformed_shapes_is_refused_with_a_clear_error(
+    tmp_path, line, message
+):
+    folder = write_problem(tmp_path, "badshapes", line)
+    with pytest.raises(problems.ProblemError, match="badshapes") as info:
+        problems.load("badshapes", [str(folder)])
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "signature", ["kernel", "kernel()", "def kernel(x):", "kernel(x, 1)", "kernel(x) or 1", "5"]
+)
+def test_a_problem_with_a_malformed_signature_is_refused(tmp_path, signature):
+    (tmp_path / "badsig.py").write_text(
+        ROWSCALE.replace('SIGNATURE = "kernel(x)"', f"SIGNATURE = {signature!r}")
+    )
+    with pytest.raises(problems.ProblemError, match="SIGNATURE must look like"):
+        problems.load("badsig", [str(tmp_path)])
+
+
+def test_the_well_formed_problem_still_loads(tmp_path):
+    folder = write_problem(tmp_path, "fine", GOOD_SHAPES)
+    assert problems.load("fine", [str(folder)]).shapes("smoke")[1] == {"M": 7, "N": 300}
+    for name in problems.BUILTIN:
+        problems.load(name)
+
+
+def test_the_cli_names_the_malformed_problem_and_exits_2(tmp_path):
+    folder = write_problem(tmp_path, "badshapes", 'SHAPES_SMOKE = [{"M": -4, "N": 8}]')
+    env = {"AUTOWEB_PROBLEM_DIRS": str(folder)}
+    res = cli(
+        "evaluate", "--problem", "badshapes", "--candidate", SEED, "--device", "interpret", env=env
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "SHAPES_SMOKE[0]['M'] must be a positive integer" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_an_oversize_candidate_is_rejected_as_malformed_by_the_cli(tmp_path):
+    big = tmp_path / "big.py"
+    padding = ("# " + "x" * 98 + "\n") * (MAX_SOURCE_BYTES // 100 + 10)
+    big.write_text(SEED.read_text() + padding)
+    assert big.stat().st_size > MAX_SOURCE_BYTES
+    out = tmp_path / "report.json"
+    res = cli(
+        *("evaluate", "--problem", "softmax", "--candidate", big),
+        *("--device", "interpret", "--json", out, "--quiet"),
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "rejected" and report["failure"] == "malformed"
+    assert any(f"over {MAX_SOURCE_BYTES // 1024} KiB" in r for r in report["reasons"])
+
+
+def test_an_unknown_problem_is_a_usage_error_naming_the_known_ones():
+    res = cli("evaluate", "--problem", "nope", "--candidate", SEED, "--device", "interpret")
+    assert res.returncode == 2
+    assert "unknown problem 'nope'" in res.stderr and "softmax" in res.stderr
+    assert "Traceback" not in res.stderr
