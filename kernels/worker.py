@@ -27,6 +27,8 @@ from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker
+from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from kernels import problems
 from kernels.harness import device as devmod
@@ -55,6 +57,62 @@ _pool: Pool | None = None
 _device: str | None = None
 _name: str | None = None
 _info: dict[str, Any] = {}
+
+
+# Jobs and their results cross hosts through Redis, and anyone who can write there (a GPU host
+# that was taken over, say) can write a job. Two rules keep a written job data, not code, for the
+# process that runs or reads it (the orchestrator holds the database):
+# - JSON, never RQ's default pickle, for job payloads and results;
+# - a job runs only if it names one of the functions autoweb enqueues, and no callbacks.
+SERIALIZER = JSONSerializer
+JOB_FUNCTIONS = frozenset(
+    {
+        "kernels.worker.evaluate_job",
+        "kernels.worker.revalidate_job",
+        "searches.tasks.run_search",
+        "library.tasks.watch_review",
+    }
+)
+
+
+class SafeJob(Job):
+    """An RQ job that resolves only autoweb's own job functions and never a callback."""
+
+    @property
+    def func(self):
+        if self.func_name not in JOB_FUNCTIONS or self.instance is not None:
+            raise PermissionError(f"job {self.id}: {self.func_name!r} is not an autoweb job")
+        return super().func
+
+    def _refuse_callback(self, name: str | None) -> None:
+        if name:
+            raise PermissionError(f"job {self.id}: callbacks are not run ({name!r})")
+
+    @property
+    def success_callback(self):
+        self._refuse_callback(self._success_callback_name)
+        return None
+
+    @property
+    def failure_callback(self):
+        self._refuse_callback(self._failure_callback_name)
+        return None
+
+    @property
+    def stopped_callback(self):
+        self._refuse_callback(getattr(self, "_stopped_callback_name", None))
+        return None
+
+
+def rq_queue(name: str, conn: redis.Redis | str) -> Queue:
+    """An RQ queue of JSON-serialized SafeJobs; every queue of autoweb is made here."""
+    if isinstance(conn, str):
+        conn = redis.Redis.from_url(conn)
+    return Queue(name, connection=conn, serializer=SERIALIZER, job_class=SafeJob)
+
+
+def fetch_job(job_id: str, conn: redis.Redis) -> Job:
+    return SafeJob.fetch(job_id, connection=conn, serializer=SERIALIZER)
 
 
 def publish(conn: redis.Redis, search_id, event: dict[str, Any]) -> None:
@@ -227,9 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     _pool = Pool(_device, size=args.warm)
     print(f"worker {_name}: {info['name']} ({kind}) on queue {queue_name(kind)}", flush=True)
     worker = SimpleWorker(
-        [Queue(queue_name(kind), connection=conn)],
+        [rq_queue(queue_name(kind), conn)],
         connection=conn,
         name=f"{_name}:{os.getpid()}".replace(":", "-"),
+        serializer=SERIALIZER,
+        job_class=SafeJob,
     )
 
     def shutdown(*_):

@@ -18,13 +18,12 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from rq import Queue
 from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
+from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 
 from kernels import problems as registry
-from kernels.worker import queue_name
+from kernels.worker import fetch_job, queue_name, rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
 from searches import roles
@@ -243,7 +242,7 @@ def _enqueue(reval: Revalidation, trial: Trial, attempt: int) -> None:
     kind, job_id = reval.kind, reval.job_id
 
     def go() -> None:
-        Queue(queue_name(kind), connection=redis_conn()).enqueue(
+        rq_queue(queue_name(kind), redis_conn()).enqueue(
             "kernels.worker.revalidate_job",
             kwargs=kwargs,
             job_id=job_id,
@@ -257,7 +256,7 @@ def _enqueue(reval: Revalidation, trial: Trial, attempt: int) -> None:
 
 def _enqueue_watch(review_id: int) -> None:
     try:
-        Queue(WATCH_QUEUE, connection=redis_conn()).enqueue(
+        rq_queue(WATCH_QUEUE, redis_conn()).enqueue(
             "library.tasks.watch_review",
             review_id,
             job_timeout=-1,
@@ -352,10 +351,10 @@ def poll(*, review: Review, conn: redis.Redis | None = None) -> bool:
     conn = conn or redis_conn()
     pending = list(review.revalidations.filter(status=Revalidation.Status.QUEUED))
     for reval in pending:
-        queue = Queue(queue_name(reval.kind), connection=conn)
+        queue = rq_queue(queue_name(reval.kind), conn)
         StartedJobRegistry(queue=queue).cleanup()  # jobs of dead workers become "failed"
         try:
-            job = Job.fetch(reval.job_id, connection=conn)
+            job = fetch_job(reval.job_id, conn)
             status = job.get_status(refresh=True)
         except NoSuchJobError:
             job, status = None, None

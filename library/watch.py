@@ -10,8 +10,8 @@ import time
 import uuid
 
 import redis
-from rq import Queue
 
+from kernels.worker import rq_queue
 from library import services
 from library.models import Revalidation, Review
 
@@ -65,7 +65,7 @@ def _loop(review_id, conn, started, poll_s, slice_s, token) -> str:
             log.warning("review %s: Redis unavailable (%s); retrying", review_id, e)
         if time.monotonic() - started > slice_s:
             _release(conn, review_id, token)  # before the next slice could look for it
-            Queue(services.WATCH_QUEUE, connection=conn).enqueue(
+            rq_queue(services.WATCH_QUEUE, conn).enqueue(
                 "library.tasks.watch_review",
                 review_id,
                 job_timeout=-1,

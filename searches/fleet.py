@@ -13,9 +13,8 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.utils import timezone
-from rq import Queue
 
-from kernels.worker import online_workers, queue_name
+from kernels.worker import online_workers, queue_name, rq_queue
 from searches.models import Worker
 
 # A page waits at most this long for Redis before saying it is unreachable.
@@ -123,7 +122,7 @@ def fleet(*, registered: bool = True) -> Fleet:
                 row.job = row.job or known.job
             rows[row.name] = row
         for kind in sorted({r.kind for r in rows.values() if r.kind}):
-            out.queues[kind] = Queue(queue_name(kind), connection=conn).count
+            out.queues[kind] = rq_queue(queue_name(kind), conn).count
     except (redis.RedisError, OSError) as exc:
         out.redis_error = (
             f"Redis at {_where(settings.REDIS_URL)} is unreachable ({type(exc).__name__}): "

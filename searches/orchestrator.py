@@ -26,7 +26,7 @@ from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
 from kernels.knobs import KnobError
-from kernels.worker import WORKER_TTL_S, events_key, online_workers, queue_name
+from kernels.worker import WORKER_TTL_S, events_key, fetch_job, online_workers, queue_name, rq_queue
 from searches import live, services
 from searches.models import Search, StopReason, Trial
 from searches.proposers import Tried, TunerProposer, start_source
@@ -51,7 +51,7 @@ def redis_conn() -> redis.Redis:
 
 
 def search_queue(conn: redis.Redis | None = None) -> Queue:
-    return Queue(SEARCH_QUEUE, connection=conn or redis_conn())
+    return rq_queue(SEARCH_QUEUE, conn or redis_conn())
 
 
 def job_id_for(trial: Trial, attempt: int) -> str:
@@ -161,7 +161,7 @@ class Loop:
     # -- results ------------------------------------------------------------------------------
 
     def reconcile(self, search: Search, kind: str) -> None:
-        queue = Queue(queue_name(kind), connection=self.conn)
+        queue = rq_queue(queue_name(kind), self.conn)
         StartedJobRegistry(queue=queue).cleanup()  # jobs of dead workers become "failed"
         for trial in search.trials.filter(status__in=IN_FLIGHT).order_by("index"):
             if trial.status == Trial.Status.PROPOSED or not trial.job_id:
@@ -169,7 +169,7 @@ class Loop:
                 continue
             job = None
             try:
-                job = Job.fetch(trial.job_id, connection=self.conn)
+                job = fetch_job(trial.job_id, self.conn)
                 status = job.get_status(refresh=True)
             except NoSuchJobError:
                 status = None
@@ -306,7 +306,7 @@ class Loop:
             conn = self.conn
 
             def go() -> None:
-                Queue(queue_name(kind), connection=conn).enqueue(
+                rq_queue(queue_name(kind), conn).enqueue(
                     "kernels.worker.evaluate_job",
                     kwargs=kwargs,
                     job_id=job_id,

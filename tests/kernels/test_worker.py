@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from rq import Queue
 
-from kernels.worker import events_key, online_workers, queue_name, register, worker_key
+from kernels.worker import events_key, online_workers, queue_name, register, rq_queue, worker_key
 from tests.conftest import test_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +58,7 @@ def _run_worker(url: str, *extra: str) -> subprocess.CompletedProcess:
 
 def test_it_evaluates_queued_jobs_and_streams_progress(redis_url):
     conn = redis.Redis.from_url(redis_url)
-    q = Queue(queue_name("interpret"), connection=conn)
+    q = rq_queue(queue_name("interpret"), conn)
     good = q.enqueue(
         "kernels.worker.evaluate_job",
         kwargs={"problem": "softmax", "source": SEED, "search_id": 7, "trial_id": 1},

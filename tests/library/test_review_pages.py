@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 from django.urls import reverse
-from rq import Queue
 
+from kernels.worker import rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
 from searches.models import Idea, Trial
@@ -171,12 +171,12 @@ def test_approving_records_the_range_and_queues_revalidation_on_every_target_kin
     revals = {r.kind: r for r in review.revalidations.all()}
     assert set(revals) == {"h200", "b200"}
     for kind, reval in revals.items():
-        jobs = Queue(f"gpu.{kind}", connection=redis_url).jobs
+        jobs = rq_queue(f"gpu.{kind}", redis_url).jobs
         assert [j.id for j in jobs] == [reval.job_id]
         assert jobs[0].func_name == "kernels.worker.revalidate_job"
         assert jobs[0].kwargs["shape_range"] == review.shape_range
         assert jobs[0].kwargs["source"] == child.source
-    watchers = Queue("search", connection=redis_url).jobs
+    watchers = rq_queue("search", redis_url).jobs
     assert [j.func_name for j in watchers] == ["library.tasks.watch_review"]
     assert not Release.objects.exists()  # only after re-validation passes
 
@@ -191,7 +191,7 @@ def test_a_double_submitted_approval_has_one_effect(
         assert response.status_code == 302
     assert Review.objects.count() == 1
     assert Revalidation.objects.count() == 1
-    assert len(Queue("gpu.h200", connection=redis_url).jobs) == 1
+    assert len(rq_queue("gpu.h200", redis_url).jobs) == 1
     # A second form (another tab) cannot decide again either.
     response = reviewer_client.post(
         decide_url(child), {"action": "veto", "text": "no", "request_key": "other"}, follow=True

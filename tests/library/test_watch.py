@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from rq import Queue
-from rq.job import Job
 from rq.results import Result
 
+from kernels.worker import fetch_job, rq_queue
 from library import services, watch
 from library.models import Release, Revalidation
 from searches.models import Idea
@@ -28,8 +27,8 @@ def approval(search, reviewer, redis_url, django_capture_on_commit_callbacks):
 
 
 def _finish(conn, job_id: str, result) -> None:
-    job = Job.fetch(job_id, connection=conn)
-    Queue("gpu.interpret", connection=conn).remove(job)
+    job = fetch_job(job_id, conn)
+    rq_queue("gpu.interpret", conn).remove(job)
     # What a worker leaves behind: a successful result and the finished status.
     Result.create(job, Result.Type.SUCCESSFUL, ttl=600, return_value=result)
     job.set_status("finished")
@@ -58,7 +57,7 @@ def test_a_finished_job_is_recorded_and_released(approval, redis_url):
 def test_a_lost_job_runs_again_then_fails_after_max_attempts(
     approval, redis_url, django_capture_on_commit_callbacks
 ):
-    queue = Queue("gpu.interpret", connection=redis_url)
+    queue = rq_queue("gpu.interpret", redis_url)
     for attempt in range(2, services.MAX_ATTEMPTS + 1):
         queue.empty()  # the job and its data disappear (Redis flushed, say)
         with django_capture_on_commit_callbacks(execute=True):
@@ -80,6 +79,6 @@ def test_a_second_watcher_steps_aside(approval, redis_url):
 
 
 def test_recover_starts_a_watcher_per_approval_still_revalidating(approval, redis_url):
-    Queue("search", connection=redis_url).empty()
+    rq_queue("search", redis_url).empty()
     assert watch.recover() == 1
-    assert [j.args for j in Queue("search", connection=redis_url).jobs] == [(approval.pk,)]
+    assert [j.args for j in rq_queue("search", redis_url).jobs] == [(approval.pk,)]

@@ -7,9 +7,8 @@ import re
 
 import pytest
 from django.urls import reverse
-from rq import Queue
 
-from kernels.worker import register
+from kernels.worker import register, rq_queue
 from searches.models import Idea, Search
 from searches.orchestrator import SEARCH_QUEUE
 from tests.web.domain import SOFTMAX_SEED
@@ -191,7 +190,7 @@ def test_starting_twice_with_one_request_key_makes_one_search(
     assert search.idea == idea
     assert search.status == Search.Status.QUEUED
     assert first["Location"] == second["Location"] == reverse("searches:search", args=[search.pk])
-    jobs = Queue(SEARCH_QUEUE, connection=redis_url).jobs
+    jobs = rq_queue(SEARCH_QUEUE, redis_url).jobs
     assert jobs and {job.args for job in jobs} == {(search.pk,)}
 
 

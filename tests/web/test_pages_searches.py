@@ -7,8 +7,8 @@ import re
 import pytest
 from django.template.loader import render_to_string
 from django.urls import reverse
-from rq import Queue
 
+from kernels.worker import rq_queue
 from searches import services
 from searches.models import Search, StopReason, Trial
 from searches.orchestrator import SEARCH_QUEUE
@@ -108,7 +108,7 @@ def test_pause_resume_and_stop_change_the_status(
         assert search.status == status, action
     assert search.stop_reason == StopReason.USER
     # Resuming re-enqueued the loop.
-    assert [job.args for job in Queue(SEARCH_QUEUE, connection=redis_url).jobs] == [(search.pk,)]
+    assert [job.args for job in rq_queue(SEARCH_QUEUE, redis_url).jobs] == [(search.pk,)]
 
 
 def test_get_on_a_control_changes_nothing(engineer_client, search):

@@ -8,9 +8,8 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 from django.utils import timezone
-from rq import Queue
 
-from kernels.worker import register
+from kernels.worker import register, rq_queue
 from searches import services
 
 pytestmark = pytest.mark.django_db
@@ -25,7 +24,7 @@ H200_INFO = {
 
 
 def _queue_two_jobs(conn) -> None:
-    queue = Queue("gpu.h200", connection=conn)
+    queue = rq_queue("gpu.h200", conn)
     for i in range(2):  # never run: only counted
         queue.enqueue("kernels.worker.evaluate_job", problem="softmax", source=f"# {i}")
 

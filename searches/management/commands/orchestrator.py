@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 from rq import SimpleWorker
 
+from kernels.worker import SERIALIZER, SafeJob
 from searches.orchestrator import SWEEP_S, recover, redis_conn, search_queue, sweep
 
 
@@ -28,7 +29,9 @@ class Command(BaseCommand):
         stop = threading.Event()
         threading.Thread(target=_sweeper, args=(stop,), daemon=True).start()
         # No fork per job: the loop is light, and Django's connections stay in one process.
-        worker = SimpleWorker([search_queue(conn)], connection=conn)
+        worker = SimpleWorker(
+            [search_queue(conn)], connection=conn, serializer=SERIALIZER, job_class=SafeJob
+        )
         try:
             worker.work(burst=burst, with_scheduler=False)
         finally:
