@@ -55,6 +55,8 @@ def kill_descendants() -> int:
     Stopping first matters: a stopped process cannot fork, so the sweep converges even
     against a fork loop. Zombies (already exited, not yet reaped) are not counted.
     """
+    import contextlib
+
     import psutil
 
     me = psutil.Process()
@@ -66,17 +68,13 @@ def kill_descendants() -> int:
             break
         for p in new:
             seen[p.pid] = p
-            try:
+            with contextlib.suppress(psutil.Error):
                 if p.status() != psutil.STATUS_ZOMBIE:
                     running += 1
                 p.suspend()
-            except psutil.Error:
-                pass
     for p in seen.values():
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     return running
 
 
