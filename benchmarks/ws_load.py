@@ -78,8 +78,12 @@ def setup_django(db_url: str, redis_url: str) -> None:
 
 def make_world(n_users: int) -> tuple[int, int, list[str]]:
     """A search with one trial in flight, and n logged-in sessions (session keys)."""
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-    from django.contrib.auth import get_user_model
+    from django.contrib.auth import (
+        BACKEND_SESSION_KEY,
+        HASH_SESSION_KEY,
+        SESSION_KEY,
+        get_user_model,
+    )
     from django.contrib.sessions.backends.db import SessionStore
 
     from searches import services
