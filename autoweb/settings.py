@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "searches",
+    "library",
 ]
 
 MIDDLEWARE = [

@@ -139,6 +139,18 @@ def web_check(port: int, search_ids: list[int]) -> dict:
     return out
 
 
+SHAPE_KEYS = ("label", "passed", "timing_mode", "candidate_ms", "eager_ms", "compiled_ms")
+SHAPE_KEYS += ("speedup_eager", "speedup_compiled", "win_eager", "win_compiled")
+SHAPE_KEYS += ("gbps", "roofline_fraction", "bound")
+
+
+def _shape_rows(trial) -> list[dict]:
+    """The incumbent's per-shape results, as its report has them."""
+    if trial is None or not trial.report:
+        return []
+    return [{k: row.get(k) for k in SHAPE_KEYS} for row in trial.report.get("shapes") or []]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
@@ -286,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                     "failures": sorted(
                         {t.failure for t in trials if t.search_id == s.pk and t.failure}
                     ),
+                    "incumbent_shapes": _shape_rows(s.incumbent),
                 }
                 for s in Search.objects.filter(pk__in=searches).select_related("incumbent", "idea")
             ],

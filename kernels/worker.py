@@ -123,6 +123,47 @@ def evaluate_job(
     return json.loads(json.dumps(report, default=str))  # plain JSON for RQ's serializer
 
 
+def revalidate_job(
+    *,
+    problem: str,
+    source: str,
+    shape_range: dict | None = None,
+    revalidation_id: int | None = None,
+    budget_s: float = 0.5,
+    timeout_s: float | None = None,
+) -> dict:
+    """RQ job: re-validate an approved kernel before release (kernels.revalidate); returns the
+    report with `revalidation` = {passed, reasons}. Side-effect free like evaluate_job."""
+    from kernels.revalidate import revalidate
+
+    dev = _device or devmod.resolve("auto")
+    try:
+        prob = problems.load(problem)
+    except problems.ProblemError as e:
+        return _usage_report(problem, str(e), dev)
+    from rq import get_current_job
+
+    job = get_current_job()
+    if job is not None:
+        _set_current_job(job.connection, job.id)
+    try:
+        report = revalidate(
+            prob,
+            source,
+            device=dev,
+            shape_range=shape_range,
+            pool=_pool,
+            budget_s=budget_s,
+            timeout_s=timeout_s,
+        )
+    finally:
+        if job is not None:
+            _set_current_job(job.connection, None)
+    report["worker"] = _name
+    report["revalidation_id"] = revalidation_id
+    return json.loads(json.dumps(report, default=str))
+
+
 def _set_current_job(conn: redis.Redis, job_id: str | None) -> None:
     if job_id is None:
         _info.pop("job", None)

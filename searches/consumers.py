@@ -5,7 +5,8 @@ fragment per frame (table rows and sections cannot share one parse):
 
 - ``<section id="search-status" hx-swap-oob="true">`` -- the status partial
   (templates/searches/partials/search_status.html, context ``search``);
-- ``<tr id="trial-N" hx-swap-oob="true">`` rows -- rows the page already shows, replaced in place
+- ``<tr id="trial-N" hx-swap-oob="true">`` rows -- rows the page already shows, or rows of an
+  older page (the browser may have paged there), replaced in place
   (templates/searches/partials/trial_row.html, context ``trial`` and ``progress``: the worker's
   ``{"phase", "shape", "of"}`` while it matches the row's status, else None);
 - ``<tbody id="trial-rows" hx-swap-oob="afterbegin:NEWEST">`` rows -- trials new to the page,
@@ -319,7 +320,9 @@ def _upsert(
     frames = Frames()
     replaced, inserted = [], []
     for trial in trials:
-        if trial.pk in view.shown.ids:
+        # An older page's row is replaced in place too: the browser may be showing that page
+        # (paging swaps the rows, not the socket); where it is not, htmx finds no target.
+        if trial.pk in view.shown.ids or trial.index <= view.shown.floor:
             replaced.append(_oob(_row(view, search, trial, progress), "tr"))
         elif trial.index > view.shown.floor:
             inserted.append(trial)

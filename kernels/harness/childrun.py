@@ -521,6 +521,32 @@ def precompile_baseline(problem, shapes, spec) -> dict:
     return out
 
 
+def end_to_end(spec, problem, cand: Candidate, send) -> None:
+    """Re-validation only: the kernel inside a small transformer block (kernels.harness.e2e)."""
+    from kernels.harness import e2e
+
+    send(t="progress", phase="end_to_end")
+    device = "cuda" if spec["device"] == "cuda" else "cpu"
+    try:
+        result = e2e.run(
+            problem.name,
+            cand.mod.kernel,
+            device=device,
+            dtype=getattr(torch, spec["dtype"]),
+            seed=int(spec["seeds"][0]["final"]) % (2**31),
+            budget_s=float(spec.get("budget_s") or 0.5),
+        )
+    except Exception as e:  # the candidate raised on the block's shapes
+        if device == "cuda":
+            torch.cuda.synchronize()
+        result = {
+            "passed": False,
+            "failure": "crashed",
+            "detail": f"the kernel raised inside the block: {type(e).__name__}: {e}"[:500],
+        }
+    send(t="e2e", result=result)
+
+
 def run(spec: dict, send, recv) -> None:
     from kernels import problems
 
@@ -574,11 +600,15 @@ def run(spec: dict, send, recv) -> None:
         send(t="profiled")
         send(t="done", tamper=snap.changes(), ops={})
         return
+    verified = True
     if spec.get("verify", True):
         for i, shape in enumerate(shapes):
             send(t="progress", phase="verifying", i=i, n=len(shapes))
             if not verify_shape(i, shape, spec, problem, cands[0], snap, send):
+                verified = False
                 break
+    if spec.get("e2e") and device != "cuda" and verified:
+        end_to_end(spec, problem, cands[0], send)
     cache: dict = {}
     if device == "cuda" and spec.get("time", True) and spec.get("baselines_compiled", True):
         # Compile the torch.compile baseline for every shape now, while the GPU is shared,
@@ -591,6 +621,8 @@ def run(spec: dict, send, recv) -> None:
             for i, shape in enumerate(shapes):
                 send(t="progress", phase="benchmarking", i=i, n=len(shapes))
                 time_shape(i, shape, spec, problem, cands, send, cache)
+            if spec.get("e2e") and verified:
+                end_to_end(spec, problem, cands[0], send)
             send(t="gpu_done")
     ops: dict[str, int] = {}
     for c in cands:

@@ -100,6 +100,7 @@ class _Run:
         self.checks: dict[str, dict] = {}
         self.notes: list[str] = []
         self.timeline: list[tuple[str, float]] = []
+        self.end_to_end: dict | None = None
 
     def fail(self, category: str, reason: str) -> None:
         self.failures.append((category, reason))
@@ -338,6 +339,8 @@ def _evaluate(
                 if lock is not None:
                     lock.release()
                 lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
+            elif t == "e2e":
+                _on_e2e(run, msg)
             elif t == "profiled":
                 run.notes.append("profiled")
             elif t == "done":
@@ -496,6 +499,17 @@ def _on_verified(run: _Run, msg: dict, root: Path) -> None:
                 run.fail("hack_suspected", why)
     if facts.get("tamper"):
         _tamper(run, facts["tamper"])
+
+
+def _on_e2e(run: _Run, msg: dict) -> None:
+    result = msg.get("result") if isinstance(msg.get("result"), dict) else {}
+    passed = result.get("passed") if isinstance(result.get("passed"), bool) else False
+    detail = str(result.get("detail") or "no result")[:1000]
+    run.check("end_to_end", passed, detail)
+    run.end_to_end = {k: v for k, v in result.items() if isinstance(v, str | int | float | bool)}
+    if not passed:
+        cat = result.get("failure") if result.get("failure") in FAILURES else "hack_suspected"
+        run.fail(cat, f"end-to-end: {detail}")
 
 
 def _tamper(run: _Run, changes) -> None:
@@ -664,6 +678,7 @@ def _report(run: _Run, problem, dinfo, dtype, tier, started, sources) -> dict:
         "shapes": shapes,
         "summary": summary,
         "notes": [n for n in run.notes if n][:50],
+        **({"end_to_end": run.end_to_end} if run.end_to_end is not None else {}),
         "timeline": _timeline(run.timeline),
     }
 

@@ -165,8 +165,12 @@ async def test_the_catch_up_holds_one_page_of_trials_not_the_whole_search(
     trials = [await db(propose)(search, i) for i in range(5)]
     ws, (_, rows) = await connected(search.pk, engineer_cookie)
     assert row_ids(rows) == [t.pk for t in reversed(trials)][:3]
-    # An older trial (page 2) changing is not inserted at the top of page 1.
+    # An older trial (page 2) changing is not inserted at the top of page 1, but replaced in
+    # place, where a browser that paged to page 2 shows it.
     await sync_to_async(live.trial_changed)(trials[0])
+    frame = await ws.receive_from(timeout=WAIT)
+    assert f'id="trial-{trials[0].pk}"' in frame and 'hx-swap-oob="true"' in frame, frame[:200]
+    assert "trial-rows" not in frame
     assert await ws.receive_nothing(timeout=0.5)
     await ws.disconnect()
 

@@ -21,6 +21,9 @@ class Command(BaseCommand):
         conn = redis_conn()
         n = recover()
         self.stdout.write(f"orchestrator: resuming {n} active search(es)", ending="\n")
+        from library.watch import recover as recover_reviews  # approvals still re-validating
+
+        recover_reviews()
         self.stdout.flush()
         stop = threading.Event()
         threading.Thread(target=_sweeper, args=(stop,), daemon=True).start()

@@ -1,0 +1,263 @@
+"""The release library at run time: per-GPU, per-shape dispatch with fallback to the reference.
+
+    from kernels.library import load
+    softmax = load("softmax")            # or load("softmax", library_dir="/path/to/export")
+    y = softmax(x)
+
+A library directory (written by `python manage.py export_library`, or inside an exported
+package) holds `manifest.json`, the released sources under `kernels/` and the references under
+`references/`. For each call the dispatcher picks the best release for the inputs' GPU kind,
+dtype and shape within the release's validated range; outside every range, on a device no
+release was validated on, or with no release at all, it calls the reference.
+
+This file is copied verbatim into exported packages, so it imports nothing but the standard
+library and torch (lazily): never Django, never the rest of `kernels`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+ENV_DIR = "AUTOWEB_LIBRARY_DIR"
+INTERPRET = "interpret"
+# The dims of each built-in problem's shape, as (input index, axis): how a call's inputs map to
+# the shape dicts the harness sweeps. The export writes them into the manifest.
+DIMS: dict[str, dict[str, tuple[int, int]]] = {
+    "softmax": {"M": (0, 0), "N": (0, 1)},
+    "rmsnorm": {"M": (0, 0), "N": (0, 1)},
+    "layernorm": {"M": (0, 0), "N": (0, 1)},
+    "swiglu": {"M": (0, 0), "N": (0, 1)},
+    "rope": {"B": (0, 0), "S": (0, 1), "H": (0, 2), "D": (0, 3)},
+    "matmul": {"M": (0, 0), "K": (0, 1), "N": (1, 1)},
+    "matmul_bias_gelu": {"M": (0, 0), "K": (0, 1), "N": (1, 1)},
+    "attention": {"B": (0, 0), "H": (0, 1), "S": (0, 2), "D": (0, 3)},
+}
+# The rank of each input, per problem: a call with other ranks (a 3-D x for a 2-D problem)
+# was never validated and falls back.
+RANKS: dict[str, list[int]] = {
+    "softmax": [2],
+    "rmsnorm": [2, 1],
+    "layernorm": [2, 1, 1],
+    "swiglu": [2, 2],
+    "rope": [4, 2, 2],
+    "matmul": [2, 2],
+    "matmul_bias_gelu": [2, 2, 1],
+    "attention": [4, 4, 4],
+}
+# Same names as kernels.harness.device.KINDS (kept in step by a test).
+_KINDS = {"H200": "h200", "H100": "h100", "B200": "b200", "A100": "a100", "L40S": "l40s"}
+
+
+class LibraryError(ValueError):
+    """A library directory or manifest that cannot be used; the message says why."""
+
+
+def gpu_kind(name: str) -> str:
+    for key, kind in _KINDS.items():
+        if key in name.upper():
+            return kind
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
+
+
+def default_dir() -> Path | None:
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    return here if (here / MANIFEST).is_file() else None  # inside an exported package
+
+
+def read_manifest(library_dir: str | Path) -> dict[str, Any]:
+    path = Path(library_dir) / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise LibraryError(f"cannot read {path}: {e}") from e
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise LibraryError(f"{path} is not a format-{FORMAT} autoweb library manifest")
+    return data
+
+
+def in_range(shape: dict[str, int], shape_range: dict[str, list[int]]) -> bool:
+    """Whether every dim of `shape` lies within [lo, hi] of the range (dims it omits: any)."""
+    for dim, bounds in shape_range.items():
+        value = shape.get(dim)
+        if value is None or not bounds[0] <= value <= bounds[1]:
+            return False
+    return True
+
+
+def _import_file(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise LibraryError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # Triton resolves a jitted function's module by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Kernel:
+    """The callable `load()` returns. Choices are cached per (shapes, strides, dtype, device) of
+    the inputs, so a repeated call costs a tuple build and a dict lookup before the chosen
+    function runs."""
+
+    def __init__(
+        self,
+        problem: str,
+        releases: list[dict[str, Any]],
+        dims: dict[str, tuple[int, int]],
+        reference: Callable[..., Any],
+        library_dir: Path | None,
+        ranks: list[int] | None = None,
+    ) -> None:
+        self.problem = problem
+        self.releases = releases
+        self.dims = {k: (int(v[0]), int(v[1])) for k, v in dims.items()}
+        self.reference = reference
+        self.library_dir = library_dir
+        self.ranks = [int(r) for r in ranks] if ranks else None
+        self._cache: dict[tuple, tuple[Callable[..., Any], dict[str, Any] | None]] = {}
+        self._modules: dict[str, Any] = {}
+        self._kinds: dict[tuple[str, int | None], str | None] = {}
+        self._lock = threading.Lock()
+        self.__name__ = problem
+        self.__doc__ = f"autoweb library kernel for {problem}: {len(releases)} release(s)"
+
+    def __repr__(self) -> str:
+        return f"<autoweb kernel {self.problem}: {len(self.releases)} release(s)>"
+
+    def __call__(self, *args: Any) -> Any:
+        # The hot path: shape, strides (so layout), dtype and device index of each input,
+        # spelled out for one and two inputs because a generator costs a microsecond.
+        n = len(args)
+        if n == 1:
+            a = args[0]
+            key: tuple = (a.shape, a.stride(), a.dtype, a.get_device())
+        elif n == 2:
+            a, b = args
+            key = (
+                a.shape, a.stride(), a.dtype, a.get_device(),
+                b.shape, b.stride(), b.dtype, b.get_device(),
+            )  # fmt: skip
+        else:
+            key = _key(args)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._resolve(key, args)
+        return hit[0](*args)
+
+    def choose(self, *args: Any) -> dict[str, Any] | None:
+        """The release a call with these inputs would run (None: the reference)."""
+        key = _key(args)
+        hit = self._cache.get(key) or self._resolve(key, args)
+        return hit[1]
+
+    # -- choosing -------------------------------------------------------------------------------
+
+    def _kind(self, device: Any) -> str | None:
+        ident = (device.type, device.index)
+        if ident not in self._kinds:
+            kind = None
+            if device.type == "cuda":
+                import torch
+
+                kind = gpu_kind(torch.cuda.get_device_name(device))
+            elif device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+                kind = INTERPRET
+            self._kinds[ident] = kind
+        return self._kinds[ident]
+
+    def shape_of(self, args: tuple) -> dict[str, int] | None:
+        shape: dict[str, int] = {}
+        for dim, (i, axis) in self.dims.items():
+            if i >= len(args) or axis >= args[i].dim():
+                return None
+            value = int(args[i].shape[axis])
+            if shape.setdefault(dim, value) != value:
+                return None
+        return shape
+
+    def _resolve(self, key: tuple, args: tuple) -> tuple[Callable[..., Any], dict | None]:
+        with self._lock:
+            choice = self._pick(args)
+            fn = self.reference if choice is None else self._function(choice)
+            hit = (fn, choice)
+            self._cache[key] = hit
+            return hit
+
+    def _pick(self, args: tuple) -> dict[str, Any] | None:
+        if not args or not all(a.is_contiguous() for a in args):
+            return None  # releases were validated on the harness's contiguous inputs
+        kind = self._kind(args[0].device)
+        shape = self.shape_of(args)
+        if kind is None or shape is None or any(a.device != args[0].device for a in args):
+            return None
+        dtype = str(args[0].dtype).replace("torch.", "")
+        if self.ranks is not None and [int(a.dim()) for a in args] != self.ranks:
+            return None
+        best = None
+        for rel in self.releases:
+            if rel["kind"] != kind or rel.get("dtype", dtype) != dtype:
+                continue
+            if not in_range(shape, rel["shape_range"]):
+                continue
+            if best is None or _rank(rel) > _rank(best):
+                best = rel
+        return best
+
+    def _function(self, release: dict[str, Any]) -> Callable[..., Any]:
+        rid = str(release["id"])
+        if rid not in self._modules:
+            if self.library_dir is None:
+                raise LibraryError("releases without a library directory")
+            path = self.library_dir / release["file"]
+            self._modules[rid] = _import_file(path, f"autoweb_release_{rid}")
+        return self._modules[rid].kernel
+
+
+def _key(args: tuple) -> tuple:
+    """The cache key `Kernel.__call__` builds inline (same tuple, any number of inputs)."""
+    return tuple(x for a in args for x in (a.shape, a.stride(), a.dtype, a.get_device()))
+
+
+def _rank(release: dict[str, Any]) -> tuple[float, str]:
+    speedup = release.get("speedup_eager")
+    return (float(speedup) if isinstance(speedup, int | float) else 0.0, str(release["id"]))
+
+
+def _reference(problem: str, library_dir: Path | None) -> Callable[..., Any]:
+    if library_dir is not None:
+        path = library_dir / "references" / f"{problem}.py"
+        if path.is_file():
+            return _import_file(path, f"autoweb_reference_{problem}").reference
+    try:  # inside autoweb: the problem registry is the source of truth
+        from kernels import problems
+    except ImportError as e:
+        raise LibraryError(f"no reference for {problem!r} in {library_dir}") from e
+    return problems.load(problem).module.reference
+
+
+def load(problem: str, library_dir: str | Path | None = None) -> Kernel:
+    """The dispatching kernel for `problem` (the reference alone when no release is known)."""
+    root = Path(library_dir) if library_dir is not None else default_dir()
+    releases: list[dict[str, Any]] = []
+    dims, ranks = DIMS.get(problem), RANKS.get(problem)
+    if root is not None:
+        manifest = read_manifest(root)
+        releases = [r for r in manifest.get("releases", []) if r.get("problem") == problem]
+        entry = manifest.get("problems", {}).get(problem) or {}
+        dims, ranks = entry.get("dims") or dims, entry.get("ranks") or ranks
+    if dims is None:
+        raise LibraryError(f"unknown problem {problem!r}: no dims in the manifest")
+    return Kernel(problem, releases, dims, _reference(problem, root), root, ranks)

@@ -1,0 +1,237 @@
+"""Reads: the review queue, a candidate's lineage, reviewer counts, notes for the agent, releases.
+
+Queue rule (DESIGN.md, Flow 5): a trial is a candidate when
+- it was kept (accepted by the harness and faster than the incumbent of its time beyond the
+  measured noise of both) and is still its search's incumbent (a later incumbent supersedes it),
+- every check in its report passed or was not applicable (none failed),
+- it beats the eager baseline by more than its own noise, and torch.compile too where that
+  baseline was measured,
+- no reviewer has decided on it yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Count, F, Q, QuerySet
+from django.urls import reverse
+from django.utils import timezone
+
+from library.models import Release, Review
+from searches.models import Search, Trial
+
+SORTS = {
+    "speedup": lambda t: -(t.speedup_eager or 0.0),
+    "-speedup": lambda t: t.speedup_eager or 0.0,
+    "age": lambda t: -(t.finished_at or t.created_at).timestamp(),
+    "-age": lambda t: (t.finished_at or t.created_at).timestamp(),
+    "problem": lambda t: (t.search.idea.problem, -(t.speedup_eager or 0.0)),
+    "search": lambda t: (t.search_id, t.index),
+    "kind": lambda t: (t.device_kind, -(t.speedup_eager or 0.0)),
+}
+DEFAULT_SORT = "speedup"
+
+
+def failed_checks(trial: Trial) -> list[str]:
+    checks = (trial.report or {}).get("checks") or {}
+    if not isinstance(checks, dict):
+        return ["report has no readable checks"]
+    return [
+        str(name)
+        for name, check in checks.items()
+        if not isinstance(check, dict) or check.get("passed") is False
+    ]
+
+
+def why_not_candidate(trial: Trial) -> str | None:
+    """None when the trial belongs in the queue (ignoring any decision); else the reason."""
+    if trial.status != Trial.Status.KEPT:
+        return f"the trial is {trial.status}, not kept"
+    if trial.search.incumbent_id != trial.pk:
+        return "a later trial replaced it as the search's incumbent"
+    if (trial.report or {}).get("verdict") != "accepted":
+        return "the harness did not accept it"
+    failed = failed_checks(trial)
+    if failed:
+        return "failed checks: " + ", ".join(failed)
+    noise = trial.noise
+    if trial.speedup_eager is None or noise is None:
+        return "no measured speedup and noise (untimed run)"
+    if trial.speedup_eager <= 1 + noise:
+        return f"not faster than eager beyond noise ({trial.speedup_eager:.3f}x, noise {noise:.1%})"
+    if trial.speedup_compiled is not None and trial.speedup_compiled <= 1 + noise:
+        return (
+            f"not faster than torch.compile beyond noise ({trial.speedup_compiled:.3f}x, "
+            f"noise {noise:.1%})"
+        )
+    return None
+
+
+def _candidates() -> QuerySet[Trial]:
+    return (
+        Trial.objects.filter(
+            status=Trial.Status.KEPT,
+            search__incumbent_id=F("id"),
+            speedup_eager__isnull=False,
+            noise__isnull=False,
+            speedup_eager__gt=1.0 + F("noise"),
+        )
+        .filter(Q(speedup_compiled__isnull=True) | Q(speedup_compiled__gt=1.0 + F("noise")))
+        .select_related("search__idea")
+    )
+
+
+@dataclass
+class Queue:
+    trials: list[Trial]
+    problems: list[str]
+    kinds: list[str]
+    sort: str
+    filters: dict[str, Any]
+
+
+def review_queue(
+    *,
+    problem: str | None = None,
+    kind: str | None = None,
+    search: int | None = None,
+    min_speedup: float | None = None,
+    max_age_days: float | None = None,
+    sort: str = DEFAULT_SORT,
+) -> Queue:
+    """Undecided candidates, filtered and sorted (`sort` in SORTS; unknown: by speedup)."""
+    base = _candidates().filter(review__isnull=True)
+    everything = [t for t in base if why_not_candidate(t) is None]
+    trials = everything
+    if problem:
+        trials = [t for t in trials if t.search.idea.problem == problem]
+    if kind:
+        trials = [t for t in trials if t.device_kind == kind]
+    if search is not None:
+        trials = [t for t in trials if t.search_id == search]
+    if min_speedup is not None:
+        trials = [t for t in trials if (t.speedup_eager or 0.0) >= min_speedup]
+    if max_age_days is not None:
+        since = timezone.now() - timedelta(days=max_age_days)
+        trials = [t for t in trials if (t.finished_at or t.created_at) >= since]
+    sort = sort if sort in SORTS else DEFAULT_SORT
+    trials.sort(key=SORTS[sort])
+    return Queue(
+        trials=trials,
+        problems=sorted({t.search.idea.problem for t in everything}),
+        kinds=sorted({t.device_kind for t in everything}),
+        sort=sort,
+        filters={
+            "problem": problem or "",
+            "kind": kind or "",
+            "search": search,
+            "min_speedup": min_speedup,
+            "max_age_days": max_age_days,
+        },
+    )
+
+
+def reviewer_counts() -> list[dict[str, Any]]:
+    """Per reviewer: decisions of each kind, most active first."""
+    rows = (
+        Review.objects.values("reviewer__username")
+        .annotate(
+            total=Count("id"),
+            approved=Count("id", filter=Q(action=Review.Action.APPROVE)),
+            vetoed=Count("id", filter=Q(action=Review.Action.VETO)),
+            sent_back=Count("id", filter=Q(action=Review.Action.SEND_BACK)),
+        )
+        .order_by("-total", "reviewer__username")
+    )
+    return [{**row, "reviewer": row.pop("reviewer__username")} for row in rows]
+
+
+def lineage(trial: Trial, limit: int = 200) -> list[Trial]:
+    """The trials that led here, oldest first, ending with `trial`."""
+    chain = [trial]
+    seen = {trial.pk}
+    while chain[-1].parent_id is not None and len(chain) < limit:
+        parent = Trial.objects.filter(pk=chain[-1].parent_id).first()
+        if parent is None or parent.pk in seen:
+            break
+        seen.add(parent.pk)
+        chain.append(parent)
+    return list(reversed(chain))
+
+
+def review_notes_for_search(search: Search) -> list[dict[str, Any]]:
+    """Veto reasons and send-back notes on this search's trials, oldest first: the agent's
+    context for its next proposal (the prompt builder reads this; prohibitions ticked by the
+    reviewer are also in the idea's prohibitions)."""
+    reviews = (
+        Review.objects.filter(
+            trial__search=search, action__in=(Review.Action.VETO, Review.Action.SEND_BACK)
+        )
+        .select_related("trial", "reviewer")
+        .order_by("created_at", "id")
+    )
+    return [
+        {
+            "action": r.action,
+            "trial": r.trial.index,
+            "text": r.text,
+            "prohibit": r.prohibit,
+            "reviewer": r.reviewer.get_username(),
+            "at": r.created_at.isoformat(),
+        }
+        for r in reviews
+    ]
+
+
+def review_notes_text(search: Search) -> str:
+    """The notes as prompt text, one per line; empty when there are none."""
+    lines = []
+    for note in review_notes_for_search(search):
+        what = "vetoed" if note["action"] == Review.Action.VETO else "sent back"
+        lines.append(f"- A reviewer {what} trial {note['trial']}: {note['text']}")
+    return "\n".join(lines)
+
+
+def releases(
+    *, problem: str | None = None, kind: str | None = None, active_only: bool = False
+) -> QuerySet[Release]:
+    rows = Release.objects.select_related("approver", "revoked_by", "trial__search")
+    if problem:
+        rows = rows.filter(problem=problem)
+    if kind:
+        rows = rows.filter(kind=kind)
+    if active_only:
+        rows = rows.filter(revoked_at__isnull=True)
+    return rows
+
+
+def release_groups(rows: QuerySet[Release]) -> list[dict[str, Any]]:
+    """Releases grouped per (problem, kind), in order."""
+    groups: dict[tuple[str, str], list[Release]] = {}
+    for rel in rows:
+        groups.setdefault((rel.problem, rel.kind), []).append(rel)
+    return [{"problem": p, "kind": k, "releases": v} for (p, k), v in sorted(groups.items())]
+
+
+def released_speedups() -> list[dict[str, Any]]:
+    """The best active release per (GPU kind, problem), for the charts (issue 6's contract:
+    rows {"kind", "problem", "speedup_eager", "speedup_compiled", "label", "url"})."""
+    best: dict[tuple[str, str], Release] = {}
+    for rel in Release.objects.filter(revoked_at__isnull=True).select_related("trial"):
+        key = (rel.kind, rel.problem)
+        if key not in best or (rel.speedup_eager or 0.0) > (best[key].speedup_eager or 0.0):
+            best[key] = rel
+    return [
+        {
+            "kind": rel.kind,
+            "problem": rel.problem,
+            "speedup_eager": rel.speedup_eager,
+            "speedup_compiled": rel.speedup_compiled,
+            "label": f"release #{rel.pk} "
+            f"(trial {rel.trial.index} of search #{rel.trial.search_id})",
+            "url": reverse("library:review", args=[rel.trial_id]),
+        }
+        for _, rel in sorted(best.items())
+    ]

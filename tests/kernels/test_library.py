@@ -1,0 +1,190 @@
+"""kernels.library: per-kind, per-shape dispatch with fallback to the reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import library
+from kernels.harness import device as devmod
+
+ONES = "import torch\n\ndef kernel(x):\n    return torch.full_like(x, {value})\n"
+HONEST = (Path(__file__).resolve().parents[1] / "fixtures/honest/softmax_tuned.py").read_text()
+
+
+def write(root: Path, releases: list[dict], sources: dict[str, str]) -> Path:
+    (root / "kernels").mkdir(parents=True, exist_ok=True)
+    for name, text in sources.items():
+        (root / name).write_text(text)
+    manifest = {
+        "format": library.FORMAT,
+        "problems": {"softmax": {"dims": library.DIMS["softmax"], "ranks": [2]}},
+        "releases": releases,
+    }
+    (root / library.MANIFEST).write_text(json.dumps(manifest))
+    return root
+
+
+def release(rid: int, *, kind="interpret", dtype="float32", n=(1, 4096), m=(1, 1 << 20), s=1.5):
+    return {
+        "id": rid,
+        "problem": "softmax",
+        "kind": kind,
+        "dtype": dtype,
+        "shape_range": {"M": list(m), "N": list(n)},
+        "file": f"kernels/r{rid}.py",
+        "speedup_eager": s,
+    }
+
+
+@pytest.fixture
+def interpret(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def lib(tmp_path):
+    return write(
+        tmp_path,
+        [
+            release(1, n=(1, 4096), s=1.5),
+            release(2, n=(2048, 8192), s=2.0),  # overlaps 1 on 2048..4096 and is faster there
+            release(3, kind="h200", dtype="bfloat16", n=(1, 1 << 20), s=3.0),
+        ],
+        {f"kernels/r{i}.py": ONES.format(value=float(i)) for i in (1, 2, 3)},
+    )
+
+
+def test_it_picks_the_release_whose_range_holds_the_shape(lib, interpret):
+    kernel = library.load("softmax", library_dir=lib)
+    assert kernel(torch.randn(3, 1000)).unique().tolist() == [1.0]
+    assert kernel(torch.randn(3, 6000)).unique().tolist() == [2.0]
+    assert kernel.choose(torch.randn(3, 6000))["id"] == 2
+
+
+def test_where_ranges_overlap_the_faster_release_wins(lib, interpret):
+    kernel = library.load("softmax", library_dir=lib)
+    assert kernel(torch.randn(2, 3000)).unique().tolist() == [2.0]
+
+
+def test_outside_every_range_it_falls_back_to_the_reference(lib, interpret):
+    kernel = library.load("softmax", library_dir=lib)
+    x = torch.randn(2, 9000)
+    assert kernel.choose(x) is None
+    torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        torch.randn(3, 1000, dtype=torch.float64),  # a dtype no release was validated on
+        torch.randn(1000, 3).t(),  # not contiguous
+        torch.randn(2, 3, 1000),  # another rank
+    ],
+    ids=["dtype", "non-contiguous", "rank"],
+)
+def test_inputs_unlike_the_validated_ones_fall_back(lib, interpret, x):
+    kernel = library.load("softmax", library_dir=lib)
+    assert kernel.choose(x) is None
+    torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+
+
+def test_without_a_gpu_or_the_interpreter_it_runs_the_reference(lib, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    kernel = library.load("softmax", library_dir=lib)
+    x = torch.randn(3, 1000)
+    assert kernel.choose(x) is None
+    torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+
+
+def test_no_library_at_all_is_the_reference(monkeypatch):
+    monkeypatch.delenv(library.ENV_DIR, raising=False)
+    kernel = library.load("softmax")
+    assert kernel.releases == []
+    x = torch.randn(4, 10)
+    torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+
+
+def test_the_library_dir_comes_from_the_environment(lib, interpret, monkeypatch):
+    monkeypatch.setenv(library.ENV_DIR, str(lib))
+    assert library.load("softmax")(torch.randn(1, 10)).unique().tolist() == [1.0]
+
+
+def test_choices_are_cached_per_shape_and_the_module_loaded_once(lib, interpret):
+    kernel = library.load("softmax", library_dir=lib)
+    for _ in range(3):
+        kernel(torch.randn(3, 1000))
+        kernel(torch.randn(5, 1000))
+    assert len(kernel._cache) == 2 and list(kernel._modules) == ["1"]
+    kernel.choose(torch.randn(3, 1000))  # the same key as a call's
+    assert len(kernel._cache) == 2
+
+
+def test_a_real_triton_release_runs_on_the_interpreter(tmp_path):
+    # In a process of its own: Triton reads TRITON_INTERPRET when it is imported.
+    lib = write(tmp_path, [release(7, n=(1, 1 << 20))], {"kernels/r7.py": HONEST})
+    script = (
+        "import torch\n"
+        "from kernels.library import load\n"
+        f"k = load('softmax', library_dir={str(lib)!r})\n"
+        "x = torch.randn(5, 300)\n"
+        "assert k.choose(x)['id'] == 7\n"
+        "torch.testing.assert_close(k(x), torch.softmax(x, -1), atol=1e-5, rtol=1e-5)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_a_bad_manifest_is_a_clear_error(tmp_path):
+    (tmp_path / library.MANIFEST).write_text('{"format": 99}')
+    with pytest.raises(library.LibraryError, match="manifest"):
+        library.load("softmax", library_dir=tmp_path)
+
+
+def test_gpu_kinds_match_the_harness():
+    assert library._KINDS == devmod.KINDS
+    for name in ("NVIDIA H200", "NVIDIA A100-SXM4-80GB", "Some New GPU"):
+        assert library.gpu_kind(name) == devmod.kind_of(name)
+
+
+def test_the_loader_imports_no_django_nor_the_rest_of_kernels():
+    import ast
+
+    tree = ast.parse(Path(library.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert "django" not in imported
+    # `kernels` only for the in-autoweb fallback when a library has no references.
+    assert imported <= {
+        "__future__",
+        "importlib",
+        "json",
+        "os",
+        "re",
+        "sys",
+        "threading",
+        "collections",
+        "pathlib",
+        "typing",
+        "torch",
+        "kernels",
+    }

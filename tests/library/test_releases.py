@@ -1,0 +1,253 @@
+"""Re-validation results become releases; releases are listed, revoked and exported."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+from django.test import Client
+from django.urls import reverse
+
+from kernels import library as runtime
+from kernels import problems
+from library import export, services
+from library.models import Release, Revalidation
+from searches.models import Idea
+from tests.library.helpers import HONEST_SOFTMAX, candidate
+from tests.web.pages import HOSTILE, assert_inert
+
+pytestmark = pytest.mark.django_db
+ONES = "import torch\n\ndef kernel(x):\n    return torch.full_like(x, 7.0)\n"
+
+
+def reval_report(passed: bool = True, **summary):
+    return {
+        "verdict": "accepted" if passed else "rejected",
+        "failure": None if passed else "incorrect",
+        "reasons": [] if passed else ["incorrect: M=1,N=4096: rel L2 0.2"],
+        "dtype": "float32",
+        "summary": {"geomean_speedup_eager": None, **summary},
+        "checks": {"end_to_end": {"passed": passed, "detail": "block"}},
+        "shapes": [{"label": "M=1,N=4096", "shape": {"M": 1, "N": 4096}}],
+        "revalidation": {"passed": passed, "reasons": [] if passed else ["incorrect: N=4096"]},
+    }
+
+
+@pytest.fixture
+def approved(search, reviewer):
+    """An approval of a candidate targeting the interpreter, its re-validation queued."""
+    Idea.objects.filter(pk=search.idea_id).update(target_kinds=["interpret"])
+    search.refresh_from_db()
+    trial = candidate(search, ONES)
+    review = services.decide(
+        trial=trial,
+        user=reviewer,
+        action="approve",
+        shape_range={"M": [1, 64], "N": [1, 4096]},
+        text="ok",
+    )
+    return review
+
+
+def test_a_passing_revalidation_becomes_a_release(approved, reviewer):
+    reval = approved.revalidations.get()
+    services.record_revalidation(revalidation=reval, report=reval_report(geomean_speedup_eager=1.7))
+    release = Release.objects.get()
+    assert (release.problem, release.kind, release.dtype) == ("softmax", "interpret", "float32")
+    assert release.shape_range == {"M": [1, 64], "N": [1, 4096]}
+    assert release.source == ONES and release.approver == reviewer
+    assert release.speedup_eager == 1.7 and release.active
+    assert approved.outcome == "released"
+    # Recording again changes nothing.
+    services.record_revalidation(revalidation=reval, report=reval_report(passed=False))
+    assert Release.objects.count() == 1
+    assert Revalidation.objects.get().status == "passed"
+
+
+def test_a_failing_revalidation_releases_nothing_and_the_reviewer_sees_why(
+    approved, reviewer_client_for
+):
+    reval = approved.revalidations.get()
+    services.record_revalidation(revalidation=reval, report=reval_report(passed=False))
+    assert not Release.objects.exists()
+    assert approved.outcome == "rejected by re-validation"
+    html = reviewer_client_for.get(
+        reverse("library:review", args=[approved.trial_id])
+    ).content.decode()
+    assert 'id="revalidation"' in html and "incorrect: N=4096" in html
+
+
+@pytest.fixture
+def reviewer_client_for(client, reviewer):
+    client.force_login(reviewer)
+    return client
+
+
+@pytest.fixture
+def release(approved):
+    reval = approved.revalidations.get()
+    services.record_revalidation(revalidation=reval, report=reval_report(geomean_speedup_eager=2))
+    return Release.objects.get()
+
+
+def test_the_releases_page_lists_per_problem_and_kind(engineer_client, release):
+    html = engineer_client.get(reverse("library:releases")).content.decode()
+    assert 'id="releases-softmax-interpret"' in html
+    assert "N 1–4096" in html and "2.00" in html
+
+
+def test_revoking_keeps_the_row_and_stops_dispatch_and_export(
+    reviewer_client_for, release, tmp_path
+):
+    response = reviewer_client_for.post(
+        reverse("library:revoke", args=[release.pk]), {"reason": HOSTILE}
+    )
+    assert response.status_code == 302
+    release.refresh_from_db()
+    assert not release.active and release.revoke_reason == HOSTILE
+    assert export.select(["softmax"]) == []
+    html = reviewer_client_for.get(reverse("library:releases")).content.decode()
+    assert "revoked" in html
+    assert_inert(html)
+
+
+def test_revoking_needs_a_reason_and_the_reviewer_role(engineer, reviewer_client_for, release):
+    engineer_client = Client()
+    engineer_client.force_login(engineer)
+    assert (
+        engineer_client.post(
+            reverse("library:revoke", args=[release.pk]), {"reason": "x"}
+        ).status_code
+        == 403
+    )
+    reviewer_client_for.post(reverse("library:revoke", args=[release.pk]), {"reason": " "})
+    assert engineer_client.get(reverse("library:revoke", args=[release.pk])).status_code == 405
+    release.refresh_from_db()
+    assert release.active
+
+
+@pytest.mark.parametrize("name", problems.BUILTIN)
+def test_the_exported_reference_is_the_problems_reference(name, tmp_path):
+    path = tmp_path / f"{name}.py"
+    path.write_text(export.reference_module(name))
+    ref = runtime._import_file(path, f"exported_ref_{name}").reference
+    problem = problems.load(name)
+    inputs = problem.make_inputs(problem.shapes("smoke")[1], torch.float32, "cpu", 5)
+    torch.testing.assert_close(ref(*inputs), problem.reference(*inputs))
+
+
+def test_an_exported_directory_dispatches_the_release_and_falls_back(
+    release, tmp_path, monkeypatch
+):
+    out = export.write_dir(export.select(["softmax"]), tmp_path / "lib")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    kernel = runtime.load("softmax", library_dir=out)
+    assert kernel(torch.randn(4, 100)).unique().tolist() == [7.0]  # in range: the release
+    x = torch.randn(100, 100)  # M outside 1..64: the reference
+    torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+
+
+def test_the_export_command_writes_a_directory_and_a_wheel(release, tmp_path):
+    from django.core.management import call_command
+
+    call_command("export_library", "--out", str(tmp_path / "d"), "--problem", "softmax")
+    assert (tmp_path / "d" / "manifest.json").is_file()
+    call_command("export_library", "--out", str(tmp_path / "w"), "--wheel")
+    (wheel,) = (tmp_path / "w").glob("autoweb_kernels-0.1.0-py3-none-any.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "autoweb_kernels/__init__.py" in names and "autoweb_kernels/manifest.json" in names
+
+
+def test_the_download_is_a_wheel(engineer_client, release):
+    response = engineer_client.get(reverse("library:download"), {"problem": "softmax"})
+    assert response.status_code == 200
+    assert "autoweb_kernels-0.1.0-py3-none-any.whl" in response["Content-Disposition"]
+
+
+@pytest.mark.slow
+def test_the_exported_wheel_works_in_a_fresh_environment_without_autoweb(
+    search, reviewer, tmp_path
+):
+    """pip-install the wheel into a new virtual environment that sees torch, triton and numpy
+    but not autoweb, and run a released Triton kernel on the CPU interpreter."""
+    Idea.objects.filter(pk=search.idea_id).update(target_kinds=["interpret"])
+    search.refresh_from_db()
+    trial = candidate(search, HONEST_SOFTMAX)
+    review = services.decide(
+        trial=trial, user=reviewer, action="approve", shape_range={"M": [1, 64], "N": [1, 4096]}
+    )
+    services.record_revalidation(
+        revalidation=review.revalidations.get(), report=reval_report(geomean_speedup_eager=1.2)
+    )
+    name, data = export.wheel_bytes(export.select(["softmax"]), package="mykernels")
+    wheel = tmp_path / name
+    wheel.write_bytes(data)
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    # torch, triton and numpy from this environment's site-packages: a plain path entry, so
+    # the editable install of autoweb found there (a .pth hook) stays inactive.
+    site = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p))
+    (tmp_path / "deps").mkdir()
+    for found in os.listdir(site):
+        hidden = found.endswith(".pth") or found.startswith(("__editable__", "autoweb", "django"))
+        if not hidden:
+            os.symlink(os.path.join(site, found), tmp_path / "deps" / found)
+    (next((venv / "lib").glob("python*")) / "site-packages" / "deps.pth").write_text(
+        str(tmp_path / "deps") + "\n"
+    )
+    script = """
+import importlib.util, torch
+assert importlib.util.find_spec("kernels") is None, "autoweb is importable"
+assert importlib.util.find_spec("django") is None, "django is importable"
+import mykernels
+k = mykernels.load("softmax")
+x = torch.randn(5, 300)
+assert k.choose(x) is not None, "in range: the release"
+torch.testing.assert_close(k(x), torch.softmax(x, -1), atol=1e-5, rtol=1e-5)
+y = torch.randn(100, 300)
+assert k.choose(y) is None, "M outside 1..64: the reference"
+torch.testing.assert_close(k(y), torch.softmax(y, -1))
+print("ok")
+"""
+    env = {"PATH": os.environ["PATH"], "TRITON_INTERPRET": "1", "HOME": str(tmp_path)}
+    out = subprocess.run(
+        [str(py), "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_released_speedups_give_the_best_active_release_per_kind_and_problem(release, search):
+    from library import selectors
+
+    rows = selectors.released_speedups()
+    assert rows == [
+        {
+            "kind": "interpret",
+            "problem": "softmax",
+            "speedup_eager": 2.0,
+            "speedup_compiled": None,
+            "label": f"release #{release.pk} (trial {release.trial.index} of search #{search.pk})",
+            "url": reverse("library:review", args=[release.trial_id]),
+        }
+    ]
+    Release.objects.filter(pk=release.pk).update(revoked_at=release.created_at)
+    assert selectors.released_speedups() == []
+
+
+def test_the_charts_read_the_releases(release, engineer_client):
+    from library import selectors
+    from searches import chart_data
+
+    assert chart_data.releases() == selectors.released_speedups() != []
+    assert engineer_client.get(reverse("searches:dashboard")).status_code == 200
