@@ -90,7 +90,7 @@ def seed(n_trials: int, n_releases: int) -> dict:
         for i in range(1, n + 1):
             src = seed_src + f"\n# variant {search.pk}-{i}\n"
             r = rng.random()
-            status = "kept" if r < 0.1 else ("reverted" if r < 0.5 else "failed")
+            status = "kept" if r < 0.12 else ("reverted" if r < 0.5 else "failed")
             failed = status == "failed"
             ms = None if failed else rng.uniform(0.01, 0.05)
             batch.append(
