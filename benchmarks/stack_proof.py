@@ -5,6 +5,8 @@ whether any trial was lost or evaluated twice. Optionally SIGKILLs one worker mi
 
     python benchmarks/stack_proof.py --device cuda --workers 2 --trials 8 --out stack.json
     python benchmarks/stack_proof.py --device interpret --workers 1 --trials 3   # on a CPU
+    python benchmarks/stack_proof.py --device interpret --workers 2 --orchestrators 2 \
+        --searches 20 --trials 3                          # 20 searches at once (load)
 
 Redis comes from `up` (a redis-server on PATH); the database is a fresh SQLite file.
 """
@@ -157,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", default="softmax,rmsnorm")
     ap.add_argument("--trials", type=int, default=8, help="trial budget per search")
     ap.add_argument(
+        "--searches",
+        type=int,
+        default=0,
+        help="searches started at once, cycling over --problems (0: one per problem)",
+    )
+    ap.add_argument(
         "--kill-worker-after",
         type=int,
         default=0,
@@ -200,10 +208,13 @@ def main(argv: list[str] | None = None) -> int:
 
         searches = []
         t_start = time.time()
-        for name in args.problems.split(","):
+        names = args.problems.split(",")
+        if args.searches:
+            names = [names[i % len(names)] for i in range(args.searches)]
+        for n_search, name in enumerate(names, 1):
             idea = services.create_idea(
                 author=user,
-                title=f"stack proof: {name} knobs",
+                title=f"stack proof {n_search}: {name} knobs",
                 description="Fixed trial budget, built-in tuner.",
                 problem=name,
                 target_kinds=[kind],
@@ -255,9 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         # A trial's gpu_seconds is its evaluation job's run time on the worker.
         durations = [t.gpu_seconds for t in terminal if t.gpu_seconds]
         dupes = 0
+        gaps = 0
         for sid in searches:
             shas = [t.source_sha256 for t in trials if t.search_id == sid]
             dupes += len(shas) - len(set(shas))
+            # Trial indices are 1..n with none missing or repeated: nothing lost in between.
+            idx = sorted(t.index for t in trials if t.search_id == sid)
+            gaps += idx != list(range(1, len(idx) + 1))
         by_worker: dict[str, int] = {}
         for t in terminal:
             w = (t.report or {}).get("worker") or "-"
@@ -292,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
             # Not judged when the run ended: in flight at a time limit, or lost if none was hit.
             unfinished=len(trials) - len(terminal),
             duplicates=dupes,
+            searches_with_index_gaps=gaps,
+            over_budget=sum(
+                1 for s in Search.objects.filter(pk__in=searches) if s.trials_total > args.trials
+            ),
             retried=sum(1 for t in trials if t.attempts > 1),
             by_worker=by_worker,
             wall_s=wall,

@@ -160,17 +160,23 @@ def evaluate_job(
         prob = problems.load(problem)
     except problems.ProblemError as e:
         return _usage_report(problem, str(e), dev)
-    report = evaluate(
-        prob,
-        source,
-        device=dev,
-        tier=tier,
-        on_event=on_event,
-        pool=_pool,
-        budget_s=budget_s,
-        baselines_compiled=baselines_compiled,
-        timeout_s=timeout_s,
-    )
+    # The heartbeat names the job being evaluated: the orchestrator retries a started job
+    # only once no live worker names it (searches/orchestrator.py, DEAD_WORKER_S).
+    _set_current_job(conn, job.id if job is not None else None)
+    try:
+        report = evaluate(
+            prob,
+            source,
+            device=dev,
+            tier=tier,
+            on_event=on_event,
+            pool=_pool,
+            budget_s=budget_s,
+            baselines_compiled=baselines_compiled,
+            timeout_s=timeout_s,
+        )
+    finally:
+        _set_current_job(conn, None)
     report["worker"] = _name
     return json.loads(json.dumps(report, default=str))  # plain JSON for RQ's serializer
 
@@ -193,18 +199,37 @@ def revalidate_job(
         prob = problems.load(problem)
     except problems.ProblemError as e:
         return _usage_report(problem, str(e), dev)
-    report = revalidate(
-        prob,
-        source,
-        device=dev,
-        shape_range=shape_range,
-        pool=_pool,
-        budget_s=budget_s,
-        timeout_s=timeout_s,
-    )
+    from rq import get_current_job
+
+    job = get_current_job()
+    if job is not None:
+        _set_current_job(job.connection, job.id)
+    try:
+        report = revalidate(
+            prob,
+            source,
+            device=dev,
+            shape_range=shape_range,
+            pool=_pool,
+            budget_s=budget_s,
+            timeout_s=timeout_s,
+        )
+    finally:
+        if job is not None:
+            _set_current_job(job.connection, None)
     report["worker"] = _name
     report["revalidation_id"] = revalidation_id
     return json.loads(json.dumps(report, default=str))
+
+
+def _set_current_job(conn: redis.Redis, job_id: str | None) -> None:
+    if job_id is None:
+        _info.pop("job", None)
+    else:
+        _info["job"] = job_id
+    if _name is not None:
+        with contextlib.suppress(redis.RedisError):  # the next heartbeat carries it anyway
+            register(conn, _name, _info)
 
 
 def _usage_report(problem: str, why: str, dev: str) -> dict:

@@ -59,6 +59,11 @@ def job_id_for(trial: Trial, attempt: int) -> str:
 
 
 LEASE_S = 10
+# A started evaluation whose worker no live heartbeat names is run again once it is this old.
+# A worker SIGKILLed mid-evaluation stops beating; its heartbeat key expires within
+# WORKER_TTL_S, and the job started before the kill: so the retry is enqueued at most
+# DEAD_WORKER_S after the kill, plus one orchestrator pass (docs/reliability.md, Faults).
+DEAD_WORKER_S = WORKER_TTL_S + 5
 
 
 def lease_key(search_id: int) -> str:
@@ -203,7 +208,7 @@ class Loop:
         if started is None:
             return False
         age = time.time() - started.timestamp()
-        return age > WORKER_TTL_S + 5
+        return age > DEAD_WORKER_S
 
     def record(self, trial: Trial, report: Any) -> None:
         if not isinstance(report, dict):

@@ -152,6 +152,7 @@ def evaluate(
     baselines_compiled: bool = True,
     skip_static_checks: bool = False,
     memory_bytes: int | None = None,
+    file_bytes: int | None = None,
 ) -> dict:
     """Evaluate one candidate source; returns the report (DESIGN.md, Report).
 
@@ -171,6 +172,7 @@ def evaluate(
         skip_static_checks=skip_static_checks,
         verify=True,
         memory_bytes=memory_bytes,
+        file_bytes=file_bytes,
     )
 
 
@@ -247,6 +249,7 @@ def _evaluate(
     wrapper=None,
     extra=None,
     memory_bytes=None,
+    file_bytes=None,
 ) -> dict:
     started = time.monotonic()
     if isinstance(problem, str):
@@ -271,6 +274,8 @@ def _evaluate(
         run.check("static", None, "skipped (test-only option)")
 
     kw = {"memory_bytes": memory_bytes} if memory_bytes else {}
+    if file_bytes:
+        kw["file_bytes"] = file_bytes
     child = (
         pool.acquire()
         if pool is not None
@@ -364,6 +369,13 @@ def _evaluate(
                     "crashed",
                     f"out of memory: the sandbox used {msg['rss'] / 2**30:.1f} GiB "
                     f"(cap {child.memory_bytes / 2**30:.0f} GiB) and was killed",
+                )
+                done = True
+            elif t == "disk":
+                run.fail(
+                    "crashed",
+                    f"disk full: the sandbox wrote {msg['bytes'] / 2**20:.0f} MiB to its "
+                    f"directory (cap {child.file_bytes / 2**20:.0f} MiB) and was killed",
                 )
                 done = True
             elif t == "eof":
@@ -600,6 +612,13 @@ def _place(run: _Run, r: dict, ms: dict, dinfo: dict) -> None:
 
 
 def _on_done(run: _Run, msg: dict) -> None:
+    strays = msg.get("strays")
+    if isinstance(strays, int) and strays > 0:
+        run.fail(
+            "prohibited",
+            f"the candidate started {strays} process(es) still running when it finished; "
+            "they were killed",
+        )
     ops = msg.get("ops") or {}
     if isinstance(ops, dict) and ops:
         listing = ", ".join(f"{k} x{v}" for k, v in sorted(ops.items()))[:1000]

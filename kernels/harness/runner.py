@@ -34,11 +34,61 @@ def _limit_self() -> None:
     lim("AUTOWEB_LIMIT_FSIZE", resource.RLIMIT_FSIZE)
     lim("AUTOWEB_LIMIT_NOFILE", resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _become_subreaper()
+
+
+def _become_subreaper() -> None:
+    """Orphans of processes the candidate starts are re-parented to this process, not to init,
+    so they stay in its tree: a double fork with setsid cannot slip out of the parent's sweep."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):  # not Linux: the process-group kill still applies
+        pass
+
+
+def kill_descendants() -> int:
+    """Stop, then kill, every process below this one; returns how many were running.
+
+    Stopping first matters: a stopped process cannot fork, so the sweep converges even
+    against a fork loop. Zombies (already exited, not yet reaped) are not counted.
+    """
+    import contextlib
+
+    import psutil
+
+    me = psutil.Process()
+    seen: dict[int, psutil.Process] = {}
+    running = 0
+    for _ in range(100):
+        new = [p for p in me.children(recursive=True) if p.pid not in seen]
+        if not new:
+            break
+        for p in new:
+            seen[p.pid] = p
+            with contextlib.suppress(psutil.Error):
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    running += 1
+                p.suspend()
+    for p in seen.values():
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    return running
 
 
 def send(**msg) -> None:
     _wire.write(json.dumps(msg, default=str) + "\n")
     _wire.flush()
+
+
+def _send_sweeping(**msg) -> None:
+    """`send`, except that the final message first kills and counts processes the candidate
+    left running (once this process exits they would no longer be anyone's descendants)."""
+    if msg.get("t") == "done":
+        msg["strays"] = kill_descendants()
+    send(**msg)
 
 
 def recv() -> dict:
@@ -76,10 +126,11 @@ def main() -> None:
     try:
         from kernels.harness import childrun
 
-        childrun.run(spec, send, recv)
+        childrun.run(spec, _send_sweeping, recv)
     except SystemExit:
         raise
     except BaseException as e:  # the candidate may raise anything, incl. KeyboardInterrupt
+        kill_descendants()
         send(t="error", category=_categorise(e), message=_msg(e), tb=traceback.format_exc()[-4000:])
         _wire.flush()
         os._exit(1)

@@ -92,12 +92,14 @@ class Child:
         device: str,
         *,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        file_bytes: int = DEFAULT_FILE_BYTES,
         wrapper: list[str] | None = None,
         keep_dir: bool = False,
     ) -> None:
         self.keep_dir = keep_dir
         self.device = device
         self.memory_bytes = memory_bytes
+        self.file_bytes = file_bytes
         self.dir = Path(tempfile.mkdtemp(prefix="autoweb-sbx-", dir=_scratch_root()))
         for sub in ("home", "tmp", "triton", "inductor", "out"):
             (self.dir / sub).mkdir()
@@ -114,7 +116,7 @@ class Child:
             "OMP_NUM_THREADS": "1",
             "AUTOWEB_DEVICE": "cuda" if device == "cuda" else "cpu",
             "AUTOWEB_WIRE_FD": str(w),
-            "AUTOWEB_LIMIT_FSIZE": str(DEFAULT_FILE_BYTES),
+            "AUTOWEB_LIMIT_FSIZE": str(file_bytes),
             "AUTOWEB_LIMIT_NOFILE": "4096",
         }
         if device == "cuda":
@@ -195,6 +197,23 @@ class Child:
                 self.peak_rss = max(self.peak_rss, rss)
                 if rss > self.memory_bytes:
                     return {"t": "memory", "rss": rss}
+                # RLIMIT_FSIZE caps each file; this caps them all (the directory may be RAM).
+                disk = self._disk()
+                if disk > self.file_bytes:
+                    return {"t": "disk", "bytes": disk}
+
+    def _disk(self) -> int:
+        total = 0
+        stack = [str(self.dir)]
+        while stack:
+            with contextlib.suppress(OSError), os.scandir(stack.pop()) as it:
+                for e in it:
+                    with contextlib.suppress(OSError):
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                        elif e.is_file(follow_symlinks=False):
+                            total += e.stat(follow_symlinks=False).st_blocks * 512
+        return total
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         if self.ready:
@@ -222,12 +241,24 @@ class Child:
         return f"exit code {rc}"
 
     def kill(self) -> None:
+        # Stop the whole tree before killing any of it: a stopped process cannot fork, and
+        # while the child (a subreaper) lives, orphans of its descendants stay in its tree.
+        tree: dict[int, psutil.Process] = {}
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(self.proc.pid)
+            for _ in range(100):
+                new = [q for q in [root, *root.children(recursive=True)] if q.pid not in tree]
+                if not new:
+                    break
+                for q in new:
+                    tree[q.pid] = q
+                    with contextlib.suppress(psutil.Error):
+                        q.suspend()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(psutil.Error):
-            for q in psutil.Process(self.proc.pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    q.kill()
+        for q in tree.values():
+            with contextlib.suppress(psutil.Error):
+                q.kill()
         with contextlib.suppress(Exception):
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):

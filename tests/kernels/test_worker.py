@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,30 @@ def test_a_bad_device_flag_is_a_usage_error(redis_url):
     )
     assert proc.returncode == 2
     assert "invalid choice" in proc.stderr
+
+
+def test_the_heartbeat_names_the_job_being_evaluated(redis_url):
+    # The orchestrator retries a started job that no live heartbeat names: a long evaluation
+    # must be named, or it would be run again while it still runs.
+    conn = redis.Redis.from_url(redis_url)
+    hang = (ROOT / "tests" / "fixtures" / "exploits" / "hang.py").read_text()
+    job = Queue(queue_name("interpret"), connection=conn).enqueue(
+        "kernels.worker.evaluate_job",
+        kwargs={"problem": "softmax", "source": hang, "timeout_s": 20},
+    )
+    env = {**os.environ, "REDIS_URL": redis_url}
+    cmd = [sys.executable, "-m", "kernels.worker", "--device", "interpret", "--burst"]
+    proc = subprocess.Popen([*cmd, "--name", "beat:interpret"], cwd=ROOT, env=env)
+    named = []
+    try:
+        while proc.poll() is None:
+            raw = conn.get(worker_key("beat:interpret"))
+            if raw is not None and json.loads(raw).get("job") == job.id:
+                named.append(job.get_status(refresh=True))
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+    assert "started" in named, "no heartbeat named the running job"
+    assert job.return_value()["failure"] == "timeout"

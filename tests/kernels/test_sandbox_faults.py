@@ -1,0 +1,284 @@
+"""Hostile candidates against the sandbox's run-time layer, with real processes.
+
+Each fixture here is rejected by the static checks already (test_integrity.py proves that);
+these tests switch the static checks off to show that the OS-level limits hold on their own:
+processes the candidate starts are killed (even a double-forked daemon in a new session), files
+are capped, the network is absent. After each fault, the whole process tree is gone within the
+timeout plus the sandbox's grace period, and the same pool (what a worker uses) still
+evaluates the softmax seed correctly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from kernels.harness import evaluate
+from kernels.harness.sandbox import GRACE_S, Pool, network_isolation_available
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPLOITS = ROOT / "tests" / "fixtures" / "exploits"
+SEED = (ROOT / "kernels" / "seeds" / "softmax.py").read_text()
+FILE_CAP = 64 << 20
+TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[Pool]:
+    """One warm child at a time, as `python -m kernels.worker` keeps; small file cap."""
+    p = Pool("interpret", size=1, file_bytes=FILE_CAP, memory_bytes=3 << 30)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def _warm(pool: Pool) -> None:
+    """Wait for the pool's next child, so the timed part is the candidate's alone."""
+    pool.fill()
+    for c in list(pool._idle):
+        c.wait_ready()
+
+
+def _in_sandbox(p: psutil.Process, sandbox_dir: str) -> bool:
+    with contextlib.suppress(psutil.Error):
+        if p.cwd().startswith(sandbox_dir):
+            return True
+    with contextlib.suppress(psutil.Error):
+        return p.environ().get("TMPDIR", "").startswith(sandbox_dir)
+    return False
+
+
+def _gone(pid: int, create_time: float) -> bool:
+    try:
+        p = psutil.Process(pid)
+        return p.create_time() != create_time or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _evaluate_watched(pool: Pool, source: str, **kw) -> tuple[dict, float, dict]:
+    """Evaluate with static checks off while recording every descendant process we see."""
+    _warm(pool)
+    me = psutil.Process()
+    seen: dict[int, tuple[float, str, str]] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for p in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if p.pid not in seen:
+                        seen[p.pid] = (p.create_time(), " ".join(p.cmdline())[:200], p.cwd())
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        report = evaluate(
+            "softmax",
+            source,
+            device="interpret",
+            pool=pool,
+            skip_static_checks=True,
+            timeout_s=kw.pop("timeout_s", TIMEOUT_S),
+            **kw,
+        )
+    finally:
+        elapsed = time.monotonic() - started
+        stop.set()
+        watcher.join()
+    return report, elapsed, seen
+
+
+def _assert_tree_gone(report: dict, seen: dict) -> None:
+    sandbox_dir = report["sandbox_dir"]
+    ours = {pid: t for pid, (t, _, cwd) in seen.items() if cwd.startswith(sandbox_dir)}
+    assert ours, "the watcher never saw the sandboxed process"
+    alive = [pid for pid, t in ours.items() if not _gone(pid, t)]
+    assert not alive, f"still running: {[seen[p][1] for p in alive]}"
+    survivors = [
+        (p.pid, p.name())
+        for p in psutil.process_iter()
+        if p.pid != psutil.Process().pid and _in_sandbox(p, sandbox_dir)
+    ]
+    assert not survivors, f"processes from {sandbox_dir} survived: {survivors}"
+    assert not Path(sandbox_dir).exists()
+
+
+def _assert_serves_the_seed(pool: Pool) -> None:
+    report = evaluate("softmax", SEED, device="interpret", pool=pool)
+    assert report["verdict"] == "accepted", report["reasons"]
+
+
+def _reasons(report: dict) -> str:
+    return " ".join(report["reasons"]).lower()
+
+
+# ---- processes ----------------------------------------------------------------------------
+
+
+def test_a_candidate_that_leaves_processes_running_is_rejected_and_they_are_killed(
+    pool: Pool,
+) -> None:
+    source = (EXPLOITS / "fork_children.py").read_text()
+
+    report, elapsed, seen = _evaluate_watched(pool, source)
+
+    assert report["failure"] == "prohibited", report["reasons"]
+    assert "process(es) still running" in _reasons(report), report["reasons"]
+    assert any("sleep 60" in cmd for _, cmd, _ in seen.values()), "the candidate never forked"
+    assert elapsed < TIMEOUT_S
+    _assert_tree_gone(report, seen)
+    _assert_serves_the_seed(pool)
+
+
+def test_a_hanging_candidate_with_a_daemon_in_its_own_session_is_killed_whole(
+    pool: Pool,
+) -> None:
+    # The daemon left the sandbox's process group and session, and its parent exited: only
+    # the child's subreaper flag keeps it in the tree the kill sweeps.
+    source = (EXPLOITS / "fork_children.py").read_text()
+    source = re.sub(r"\n    return y\n?$", "\n    while True:\n        pass\n", source)
+    timeout_s = 15.0
+
+    report, elapsed, seen = _evaluate_watched(pool, source, timeout_s=timeout_s)
+
+    assert report["failure"] == "timeout", report["reasons"]
+    assert any("sleep 600" in cmd for _, cmd, _ in seen.values()), "no daemon seen in the tree (it escaped, or never started)"
+    assert elapsed < timeout_s + GRACE_S
+    _assert_tree_gone(report, seen)
+    _assert_serves_the_seed(pool)
+
+
+# ---- files --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fixture", "mention"),
+    [
+        ("fill_disk", "file too large"),  # RLIMIT_FSIZE: the write fails with EFBIG
+        ("fill_disk_many", "disk full"),  # many files under the cap: the directory cap
+    ],
+)
+def test_a_candidate_that_fills_the_disk_is_stopped_at_the_cap(
+    pool: Pool, fixture: str, mention: str
+) -> None:
+    report, elapsed, seen = _evaluate_watched(pool, (EXPLOITS / f"{fixture}.py").read_text())
+
+    assert report["failure"] == "crashed", report["reasons"]
+    assert mention in _reasons(report), report["reasons"]
+    assert elapsed < TIMEOUT_S
+    _assert_tree_gone(report, seen)
+    _assert_serves_the_seed(pool)
+
+
+def _write_outside_source(target: Path) -> str:
+    source = (EXPLOITS / "write_outside.py").read_text()
+    return source.replace('"/tmp/autoweb-write-outside-canary"', repr(str(target)))
+
+
+def test_the_static_checks_stop_a_write_outside_the_sandbox_before_it_runs(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / f"canary-{uuid.uuid4().hex}"
+
+    report = evaluate("softmax", _write_outside_source(target), device="interpret")
+
+    assert report["failure"] == "prohibited"
+    assert not target.exists()
+
+
+def test_without_static_checks_a_candidate_can_write_outside_its_directory(
+    pool: Pool, tmp_path: Path
+) -> None:
+    # Records a limit of the run-time layer (docs/harness.md): there is no private filesystem
+    # view, so a candidate that got past the static checks could write where this user can.
+    # When a mount namespace closes this, this test turns red: update the docs with it.
+    target = tmp_path / f"canary-{uuid.uuid4().hex}"
+
+    report, _, _ = _evaluate_watched(pool, _write_outside_source(target))
+
+    assert report["verdict"] == "accepted", report["reasons"]
+    assert target.read_bytes() == b"written by a candidate"
+
+
+# ---- network ------------------------------------------------------------------------------
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _listening(host: str, port: int) -> Iterator[None]:
+    """Make sure something accepts connections at host:port from this process, so a refusal
+    inside the sandbox is the sandbox's doing, not an empty port."""
+    if _reachable(host, port):
+        yield
+        return
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, port))
+    srv.listen(16)
+    try:
+        assert _reachable(host, port)
+        yield
+    finally:
+        srv.close()
+
+
+def _host_address() -> str | None:
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family == socket.AF_INET and not a.address.startswith("127."):
+                return a.address
+    return None
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("fixture", ["socket_redis", "socket_postgres", "socket_remote"])
+def test_a_candidate_cannot_open_a_socket(pool: Pool, fixture: str) -> None:
+    if not network_isolation_available():
+        pytest.skip("unshare -n is not permitted on this machine: children share the network")
+    source = (EXPLOITS / f"{fixture}.py").read_text()
+    host = re.search(r'^HOST = "(.+)"$', source, re.MULTILINE).group(1)
+    port = int(re.search(r"^PORT = (\d+)$", source, re.MULTILINE).group(1))
+    if fixture == "socket_remote":
+        # An address that is not loopback but that this host can reach: its own interface.
+        host = _host_address()
+        if host is None:
+            pytest.skip("this machine has no non-loopback IPv4 address to aim at")
+        port = _free_port(host)
+        source = re.sub(r'^HOST = ".+"$', f'HOST = "{host}"', source, flags=re.MULTILINE)
+        source = re.sub(r"^PORT = \d+$", f"PORT = {port}", source, flags=re.MULTILINE)
+
+    with _listening(host, port):
+        report, elapsed, seen = _evaluate_watched(pool, source)
+
+    assert report["verdict"] == "rejected", "the candidate reached the network"
+    assert report["failure"] == "crashed", report["reasons"]
+    assert "network is unreachable" in _reasons(report), report["reasons"]
+    assert report["sandbox"]["network_isolated"] is True
+    assert elapsed < TIMEOUT_S
+    _assert_tree_gone(report, seen)
+    _assert_serves_the_seed(pool)
