@@ -155,7 +155,9 @@ def test_a_hanging_candidate_with_a_daemon_in_its_own_session_is_killed_whole(
     report, elapsed, seen = _evaluate_watched(pool, source, timeout_s=timeout_s)
 
     assert report["failure"] == "timeout", report["reasons"]
-    assert any("sleep 600" in cmd for _, cmd, _ in seen.values()), "no daemon seen in the tree (it escaped, or never started)"
+    assert any("sleep 600" in cmd for _, cmd, _ in seen.values()), (
+        "no daemon seen in the tree (it escaped, or never started)"
+    )
     assert elapsed < timeout_s + GRACE_S
     _assert_tree_gone(report, seen)
     _assert_serves_the_seed(pool)

@@ -122,7 +122,7 @@ def test_the_heartbeat_names_the_job_being_evaluated(redis_url):
     # must be named, or it would be run again while it still runs.
     conn = redis.Redis.from_url(redis_url)
     hang = (ROOT / "tests" / "fixtures" / "exploits" / "hang.py").read_text()
-    job = Queue(queue_name("interpret"), connection=conn).enqueue(
+    job = rq_queue(queue_name("interpret"), conn).enqueue(
         "kernels.worker.evaluate_job",
         kwargs={"problem": "softmax", "source": hang, "timeout_s": 20},
     )

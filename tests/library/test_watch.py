@@ -81,4 +81,4 @@ def test_a_second_watcher_steps_aside(approval, redis_url):
 def test_recover_starts_a_watcher_per_approval_still_revalidating(approval, redis_url):
     rq_queue("search", redis_url).empty()
     assert watch.recover() == 1
-    assert [j.args for j in rq_queue("search", redis_url).jobs] == [(approval.pk,)]
+    assert [tuple(j.args) for j in rq_queue("search", redis_url).jobs] == [(approval.pk,)]

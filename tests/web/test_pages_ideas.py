@@ -191,7 +191,7 @@ def test_starting_twice_with_one_request_key_makes_one_search(
     assert search.status == Search.Status.QUEUED
     assert first["Location"] == second["Location"] == reverse("searches:search", args=[search.pk])
     jobs = rq_queue(SEARCH_QUEUE, redis_url).jobs
-    assert jobs and {job.args for job in jobs} == {(search.pk,)}
+    assert jobs and {tuple(job.args) for job in jobs} == {(search.pk,)}
 
 
 def test_a_new_request_key_starts_another_search(engineer_client, idea):

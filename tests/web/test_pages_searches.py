@@ -108,7 +108,7 @@ def test_pause_resume_and_stop_change_the_status(
         assert search.status == status, action
     assert search.stop_reason == StopReason.USER
     # Resuming re-enqueued the loop.
-    assert [job.args for job in rq_queue(SEARCH_QUEUE, redis_url).jobs] == [(search.pk,)]
+    assert [tuple(job.args) for job in rq_queue(SEARCH_QUEUE, redis_url).jobs] == [(search.pk,)]
 
 
 def test_get_on_a_control_changes_nothing(engineer_client, search):
