@@ -38,6 +38,7 @@ from kernels.harness.sandbox import Pool
 HEARTBEAT_S = 5
 WORKER_TTL_S = 30
 WORKERS_KEY = "autoweb:workers"
+RECONNECT_S = 1.0
 EVENTS_MAXLEN = 10_000
 
 
@@ -309,13 +310,14 @@ def main(argv: list[str] | None = None) -> int:
     ).start()
     _pool = Pool(_device, size=args.warm)
     print(f"worker {_name}: {info['name']} ({kind}) on queue {queue_name(kind)}", flush=True)
-    worker = SimpleWorker(
-        [rq_queue(queue_name(kind), conn)],
-        connection=conn,
-        name=f"{_name}:{os.getpid()}".replace(":", "-"),
-        serializer=SERIALIZER,
-        job_class=SafeJob,
-    )
+    def make_worker(attempt: int) -> SimpleWorker:
+        return SimpleWorker(
+            [rq_queue(queue_name(kind), conn)],
+            connection=conn,
+            name=f"{_name}:{os.getpid()}:{attempt}".replace(":", "-"),
+            serializer=SERIALIZER,
+            job_class=SafeJob,
+        )
 
     def shutdown(*_):
         stop.set()
@@ -323,12 +325,31 @@ def main(argv: list[str] | None = None) -> int:
             _pool.close()
 
     signal.signal(signal.SIGTERM, lambda *a: (shutdown(), sys.exit(0)))
+    attempt = 0
     try:
-        worker.work(burst=args.burst, with_scheduler=False)
+        # Redis going away (a restart, a failover) must not end the worker: RQ's loop raises
+        # ConnectionError in places it does not retry, so start a fresh RQ worker once Redis
+        # answers again. A job cut short that way is found lost and re-run by the orchestrator.
+        while True:
+            try:
+                make_worker(attempt).work(burst=args.burst, with_scheduler=False)
+                break
+            except redis.ConnectionError as e:
+                attempt += 1
+                print(f"worker {_name}: Redis unavailable ({e}); reconnecting", flush=True)
+                while True:
+                    time.sleep(RECONNECT_S)
+                    try:
+                        conn.ping()
+                        register(conn, _name, info)
+                        break
+                    except redis.RedisError:
+                        continue
     finally:
         shutdown()
-        conn.delete(worker_key(_name))
-        conn.srem(WORKERS_KEY, _name)
+        with contextlib.suppress(redis.RedisError):
+            conn.delete(worker_key(_name))
+            conn.srem(WORKERS_KEY, _name)
     return 0
 
 
