@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import random
+import secrets
 import statistics
 import sys
 import tempfile
@@ -34,7 +35,7 @@ def setup(db_url: str) -> None:
         DATABASE_URL=db_url,
         DJANGO_SETTINGS_MODULE="autoweb.settings",
         DEBUG="0",
-        SECRET_KEY="page-load-benchmark-secret-key-not-for-production-0123456789",
+        SECRET_KEY=secrets.token_urlsafe(50),
         ALLOWED_HOSTS="testserver,127.0.0.1,localhost",
         REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:1/0"),
     )

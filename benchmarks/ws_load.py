@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import statistics
@@ -65,7 +66,7 @@ def setup_django(db_url: str, redis_url: str) -> None:
         REDIS_URL=redis_url,
         DJANGO_SETTINGS_MODULE="autoweb.settings",
         DEBUG="0",
-        SECRET_KEY="ws-load-benchmark-secret-key-not-for-production-0123456789",
+        SECRET_KEY=secrets.token_urlsafe(50),
     )
     sys.path.insert(0, str(ROOT))
     import django

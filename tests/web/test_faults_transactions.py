@@ -39,7 +39,7 @@ def test_a_search_enqueued_in_a_transaction_that_rolls_back_never_runs(redis_url
     with transaction.atomic():
         enqueue_search(queued_search)
     assert queue.count == 1
-    assert queue.jobs[0].args == (queued_search.pk,)
+    assert tuple(queue.jobs[0].args) == (queued_search.pk,)
 
 
 def test_an_evaluation_enqueued_in_a_transaction_that_rolls_back_never_runs(redis_url, search):
@@ -98,4 +98,4 @@ def test_a_double_clicked_start_creates_one_search(redis_url, engineer):
     # but every job drives this one search.
     jobs = search_queue(redis_url).jobs
     assert 1 <= len(jobs) <= 2
-    assert {j.args for j in jobs} == {(search.pk,)}
+    assert {tuple(j.args) for j in jobs} == {(search.pk,)}
