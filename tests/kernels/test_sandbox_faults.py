@@ -77,8 +77,14 @@ def _evaluate_watched(pool: Pool, source: str, **kw) -> tuple[dict, float, dict]
         while not stop.is_set():
             for p in me.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
+                    # A forked child shows its parent's command line until it execs, so keep
+                    # every command line a pid shows, not only the first one we catch.
+                    cmd = " ".join(p.cmdline())[:200]
                     if p.pid not in seen:
-                        seen[p.pid] = (p.create_time(), " ".join(p.cmdline())[:200], p.cwd())
+                        seen[p.pid] = (p.create_time(), cmd, p.cwd())
+                    elif cmd not in seen[p.pid][1]:
+                        t, cmds, cwd = seen[p.pid]
+                        seen[p.pid] = (t, f"{cmds} | {cmd}", cwd)
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)
