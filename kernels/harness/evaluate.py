@@ -406,6 +406,9 @@ def _evaluate(
     report["sandbox_dir"] = str(child.dir)
     report["sandbox"] = {
         "network_isolated": sandbox.network_isolation_available(),
+        "filesystem_confined": bool(child.confined.get("filesystem")),
+        "sockets_denied": bool(child.confined.get("sockets_denied")),
+        "confinement": child.confined,
         "peak_rss_mb": round(child.peak_rss / 2**20, 1),
     }
     return report

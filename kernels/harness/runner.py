@@ -20,35 +20,6 @@ import warnings
 _wire = None
 
 
-def _limit_self() -> None:
-    """Resource limits, set before torch is imported and long before the candidate loads."""
-    import resource
-
-    def lim(name: str, what: int) -> None:
-        raw = os.environ.get(name)
-        if raw:
-            v = int(raw)
-            resource.setrlimit(what, (v, v))
-
-    lim("AUTOWEB_LIMIT_AS", resource.RLIMIT_AS)
-    lim("AUTOWEB_LIMIT_FSIZE", resource.RLIMIT_FSIZE)
-    lim("AUTOWEB_LIMIT_NOFILE", resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _become_subreaper()
-
-
-def _become_subreaper() -> None:
-    """Orphans of processes the candidate starts are re-parented to this process, not to init,
-    so they stay in its tree: a double fork with setsid cannot slip out of the parent's sweep."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):  # not Linux: the process-group kill still applies
-        pass
-
-
 def kill_descendants() -> int:
     """Stop, then kill, every process below this one; returns how many were running.
 
@@ -98,10 +69,10 @@ def recv() -> dict:
     return json.loads(line)
 
 
-def main() -> None:
+def main(confined: dict | None = None) -> None:
+    """`confined`: what kernels.harness.early applied before this package (and torch) loaded."""
     global _wire
     _wire = os.fdopen(int(os.environ["AUTOWEB_WIRE_FD"]), "w", buffering=1)
-    _limit_self()
     warnings.simplefilter("ignore")
     import torch
     import torch._dynamo  # noqa: F401  (its import rebinds torch.manual_seed; do it before
@@ -121,7 +92,7 @@ def main() -> None:
             torch.cuda.synchronize()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    send(t="ready", pid=os.getpid())
+    send(t="ready", pid=os.getpid(), confined=confined or {})
     spec = recv()
     try:
         from kernels.harness import childrun

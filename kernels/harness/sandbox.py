@@ -7,6 +7,9 @@ Each candidate gets a fresh Python process that is
 - given an empty environment except what it needs, its own HOME/TMPDIR/TRITON_CACHE_DIR in a
   private temporary directory, a file-size cap, no core dumps,
 - without network when the OS allows it (`unshare -n`, which needs CAP_SYS_ADMIN),
+- confined by Landlock where the kernel has it (kernels.harness.landlock): no writes outside
+  its directory, no TCP, no signals or abstract Unix sockets aimed outside its own tree,
+- unable to create sockets (kernels.harness.seccomp), so no Unix socket or UDP either,
 - reporting over a private pipe, never trusted: the parent parses its JSON defensively.
 A crash, hang, illegal memory access or OOM ends only that process; a CUDA context poisoned by
 a candidate dies with it. Children are started ahead of use (python, torch, triton, device
@@ -37,8 +40,13 @@ DEFAULT_MEMORY_BYTES = 16 << 30
 DEFAULT_FILE_BYTES = 8 << 30
 GRACE_S = 5.0
 
+# The child's first line: kernels/harness/early.py by path (before the package's __init__,
+# which imports torch, starts any thread), then the runner.
 _BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from kernels.harness.runner import main; main()"
+    "import sys, importlib.util as u; sys.path.insert(0, sys.argv[1]); "
+    "s = u.spec_from_file_location('autoweb_early', sys.argv[1] + '/kernels/harness/early.py'); "
+    "m = u.module_from_spec(s); s.loader.exec_module(m); c = m.prepare(); "
+    "from kernels.harness.runner import main; main(c)"
 )
 _PASS_ENV = (
     "CUDA_VISIBLE_DEVICES",
@@ -75,6 +83,22 @@ def network_isolation_available() -> bool:
                     == 0
                 )
     return _unshare_ok
+
+
+def socket_filter_enabled() -> bool:
+    """Whether children refuse to create sockets (kernels.harness.seccomp): on wherever the
+    filter is supported, unless `AUTOWEB_SANDBOX_NETWORK=allow`."""
+    from kernels.harness import seccomp
+
+    return os.environ.get("AUTOWEB_SANDBOX_NETWORK") != "allow" and seccomp.supported()
+
+
+def filesystem_confinement_enabled() -> bool:
+    """Whether children confine themselves with Landlock (kernels.harness.landlock): on by
+    default wherever the kernel has it; `AUTOWEB_SANDBOX_FILESYSTEM=allow` turns it off."""
+    from kernels.harness import landlock
+
+    return os.environ.get("AUTOWEB_SANDBOX_FILESYSTEM") != "allow" and landlock.abi_version() > 0
 
 
 def _scratch_root() -> str | None:
@@ -120,7 +144,16 @@ class Child:
             "AUTOWEB_LIMIT_NOFILE": "4096",
         }
         if device == "cuda":
-            env["AUTOWEB_GPU_LOCK"] = str(GpuLock(gpu_key()).path)
+            lock_path = GpuLock(gpu_key()).path
+            lock_path.touch(exist_ok=True)  # the child may write to it, never create beside it
+            env["AUTOWEB_GPU_LOCK"] = str(lock_path)
+        if socket_filter_enabled() and not wrapper:
+            env["AUTOWEB_DENY_SOCKETS"] = "1"  # kernels/harness/seccomp.py
+        if filesystem_confinement_enabled() and not wrapper:
+            # Not under a profiler (`kernels profile`): its injected library writes its own
+            # files and talks to the profiler; the report then says the child was not confined.
+            # The child confines itself at boot (kernels/harness/early.py): writes only below.
+            env["AUTOWEB_CONFINE_DIR"] = str(self.dir)
         for k in _PASS_ENV:
             if k in os.environ:
                 env[k] = os.environ[k]
@@ -151,6 +184,7 @@ class Child:
         self._reader = threading.Thread(target=self._read, args=(r,), daemon=True)
         self._reader.start()
         self.ready = False
+        self.confined: dict = {}
         self.peak_rss = 0
 
     def _read(self, fd: int) -> None:
@@ -222,6 +256,9 @@ class Child:
         if msg.get("t") != "ready":
             self.kill()
             raise SandboxError(f"sandbox failed to start: {msg.get('t')}: {self.log_tail()}")
+        confined = msg.get("confined")
+        # Told by the child before any candidate code ran, so it can be believed.
+        self.confined = confined if isinstance(confined, dict) else {}
         self.ready = True
 
     def log_tail(self, n: int = 3000) -> str:

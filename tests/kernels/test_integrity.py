@@ -57,6 +57,8 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "socket_redis": ("import of 'torch.distributed.elastic.events' is not allowed",),
     "socket_remote": ("import of 'torch.distributed.elastic.events' is not allowed",),
     "stale_memory": ("outside tolerance",),
+    "signal_worker": ("attribute 'os' is not allowed",),
+    "socket_unix": ("import of 'torch.distributed.elastic.events' is not allowed",),
     "syntax_error": ("syntax error",),
     "tensor_subclass": ("subclass",),
     "threads": ("import of 'threading' is not allowed",),

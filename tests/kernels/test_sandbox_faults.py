@@ -3,15 +3,17 @@
 Each fixture here is rejected by the static checks already (test_integrity.py proves that);
 these tests switch the static checks off to show that the OS-level limits hold on their own:
 processes the candidate starts are killed (even a double-forked daemon in a new session), files
-are capped, the network is absent. After each fault, the whole process tree is gone within the
-timeout plus the sandbox's grace period, and the same pool (what a worker uses) still
-evaluates the softmax seed correctly.
+are capped, writes outside the candidate's directory and signals to its worker are refused
+(Landlock), and no socket can be made (seccomp) or reach anything (network namespace). After
+each fault, the whole process tree is gone within the timeout plus the sandbox's grace period,
+and the same pool (what a worker uses) still evaluates the softmax seed correctly.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import signal
 import socket
 import threading
 import time
@@ -22,8 +24,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kernels.harness import evaluate
-from kernels.harness.sandbox import GRACE_S, Pool, network_isolation_available
+from kernels.harness import evaluate, landlock
+from kernels.harness.sandbox import (
+    GRACE_S,
+    Pool,
+    filesystem_confinement_enabled,
+    network_isolation_available,
+    socket_filter_enabled,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPLOITS = ROOT / "tests" / "fixtures" / "exploits"
@@ -207,18 +215,43 @@ def test_the_static_checks_stop_a_write_outside_the_sandbox_before_it_runs(
     assert not target.exists()
 
 
-def test_without_static_checks_a_candidate_can_write_outside_its_directory(
+def test_without_static_checks_a_candidate_still_cannot_write_outside_its_directory(
     pool: Pool, tmp_path: Path
 ) -> None:
-    # Records a limit of the run-time layer (docs/harness.md): there is no private filesystem
-    # view, so a candidate that got past the static checks could write where this user can.
-    # When a mount namespace closes this, this test turns red: update the docs with it.
+    if not filesystem_confinement_enabled():
+        pytest.skip("this kernel has no Landlock: the run-time layer cannot confine writes")
     target = tmp_path / f"canary-{uuid.uuid4().hex}"
 
-    report, _, _ = _evaluate_watched(pool, _write_outside_source(target))
+    report, elapsed, seen = _evaluate_watched(pool, _write_outside_source(target))
 
-    assert report["verdict"] == "accepted", report["reasons"]
-    assert target.read_bytes() == b"written by a candidate"
+    assert report["verdict"] == "rejected", "the candidate wrote outside its directory"
+    assert report["failure"] == "crashed", report["reasons"]
+    assert "permission denied" in _reasons(report), report["reasons"]
+    assert report["sandbox"]["filesystem_confined"] is True
+    assert not target.exists()
+    assert elapsed < TIMEOUT_S
+    _assert_tree_gone(report, seen)
+    _assert_serves_the_seed(pool)
+
+
+def test_without_static_checks_a_candidate_cannot_signal_its_worker(pool: Pool) -> None:
+    if not filesystem_confinement_enabled() or landlock.abi_version() < 6:
+        pytest.skip("this kernel's Landlock cannot scope signals (ABI < 6)")
+    got: list[int] = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(signum))
+    try:
+        report, elapsed, seen = _evaluate_watched(pool, (EXPLOITS / "signal_worker.py").read_text())
+        time.sleep(0.2)  # a signal that got through is delivered by now
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+
+    assert not got, "the candidate signalled the process that runs it"
+    assert report["failure"] == "crashed", report["reasons"]
+    assert "operation not permitted" in _reasons(report), report["reasons"]
+    assert report["sandbox"]["confinement"]["signals"] is True
+    assert elapsed < TIMEOUT_S
+    _assert_tree_gone(report, seen)
+    _assert_serves_the_seed(pool)
 
 
 # ---- network ------------------------------------------------------------------------------
@@ -264,10 +297,23 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+def _refusal(report: dict) -> str:
+    """What refusing a connection looks like with the layers this host gave the child: the
+    socket filter refuses socket(2) itself; without it, Landlock refuses a TCP connect; a
+    network namespace alone makes every address unreachable."""
+    if report["sandbox"]["sockets_denied"]:
+        return "permission denied"
+    if report["sandbox"]["confinement"].get("tcp"):
+        return "permission denied"
+    return "network is unreachable"
+
+
 @pytest.mark.parametrize("fixture", ["socket_redis", "socket_postgres", "socket_remote"])
 def test_a_candidate_cannot_open_a_socket(pool: Pool, fixture: str) -> None:
-    if not network_isolation_available():
-        pytest.skip("unshare -n is not permitted on this machine: children share the network")
+    if not (network_isolation_available() or socket_filter_enabled()):
+        pytest.skip(
+            "neither unshare -n nor the socket filter works here: children share the network"
+        )
     source = (EXPLOITS / f"{fixture}.py").read_text()
     host = re.search(r'^HOST = "(.+)"$', source, re.MULTILINE).group(1)
     port = int(re.search(r"^PORT = (\d+)$", source, re.MULTILINE).group(1))
@@ -285,8 +331,35 @@ def test_a_candidate_cannot_open_a_socket(pool: Pool, fixture: str) -> None:
 
     assert report["verdict"] == "rejected", "the candidate reached the network"
     assert report["failure"] == "crashed", report["reasons"]
-    assert "network is unreachable" in _reasons(report), report["reasons"]
-    assert report["sandbox"]["network_isolated"] is True
+    assert _refusal(report) in _reasons(report), report["reasons"]
+    assert elapsed < TIMEOUT_S
+    _assert_tree_gone(report, seen)
+    _assert_serves_the_seed(pool)
+
+
+def test_a_candidate_cannot_reach_a_unix_socket(pool: Pool, tmp_path: Path) -> None:
+    # A pathname socket is reachable from any network namespace: only the socket filter stops
+    # it. The test listens on its own socket, so a refusal is the sandbox's doing.
+    if not socket_filter_enabled():
+        pytest.skip("the socket filter is not supported on this platform")
+    path = tmp_path / "s.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(4)
+    srv.settimeout(0.5)
+    source = (EXPLOITS / "socket_unix.py").read_text()
+    source = re.sub(r'^PATH = ".+"$', f"PATH = {str(path)!r}", source, flags=re.MULTILINE)
+    try:
+        report, elapsed, seen = _evaluate_watched(pool, source)
+        with pytest.raises(TimeoutError):
+            srv.accept()[0].close()  # nothing connected
+    finally:
+        srv.close()
+
+    assert report["verdict"] == "rejected", "the candidate reached the Unix socket"
+    assert report["failure"] == "crashed", report["reasons"]
+    assert "permission denied" in _reasons(report), report["reasons"]
+    assert report["sandbox"]["sockets_denied"] is True
     assert elapsed < TIMEOUT_S
     _assert_tree_gone(report, seen)
     _assert_serves_the_seed(pool)

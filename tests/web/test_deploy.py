@@ -17,7 +17,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 # Set by the sandbox for its own child, never by an operator.
-INTERNAL_ENV = {"AUTOWEB_WIRE_FD", "AUTOWEB_DEVICE", "AUTOWEB_GPU_LOCK", "PATH"}
+INTERNAL_ENV = {
+    "AUTOWEB_WIRE_FD",
+    "AUTOWEB_DEVICE",
+    "AUTOWEB_GPU_LOCK",
+    "AUTOWEB_CONFINE_DIR",
+    "AUTOWEB_DENY_SOCKETS",
+    "PATH",
+}
 _OURS = {
     "DEBUG",
     "SECRET_KEY",

@@ -1,0 +1,79 @@
+"""The sandboxed child's first steps, before the kernels package, torch or a candidate load.
+
+Loaded by file path from the boot line (sandbox._BOOT), not as `kernels.harness.early`: the
+package's __init__ imports torch, and torch starts threads, while Landlock confines only the
+calling thread and what it creates afterwards. So this runs while the process has exactly one
+thread, and it checks that it does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+
+def _limits() -> None:
+    import resource
+
+    def lim(name: str, what: int) -> None:
+        raw = os.environ.get(name)
+        if raw:
+            v = int(raw)
+            resource.setrlimit(what, (v, v))
+
+    lim("AUTOWEB_LIMIT_AS", resource.RLIMIT_AS)
+    lim("AUTOWEB_LIMIT_FSIZE", resource.RLIMIT_FSIZE)
+    lim("AUTOWEB_LIMIT_NOFILE", resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _become_subreaper() -> None:
+    """Orphans of processes the candidate starts are re-parented to this process, not to init,
+    so they stay in its tree: a double fork with setsid cannot slip out of the parent's sweep."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):  # not Linux: the process-group kill still applies
+        pass
+
+
+def _sibling(name: str):
+    """kernels.harness.<name>, loaded by path and registered under its package name."""
+    full = f"kernels.harness.{name}"
+    if full in sys.modules:
+        return sys.modules[full]
+    spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sys.modules[full] = mod
+    return mod
+
+
+def _confine() -> dict:
+    """Landlock below AUTOWEB_CONFINE_DIR and the no-socket filter, when the parent asked for
+    them. Any failure is fatal: a candidate never runs believing it is confined when it is not."""
+    where = os.environ.get("AUTOWEB_CONFINE_DIR")
+    deny_sockets = os.environ.get("AUTOWEB_DENY_SOCKETS") == "1"
+    if not where and not deny_sockets:
+        return {}
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        raise RuntimeError(f"cannot confine: {threads} threads already running")
+    applied: dict = {}
+    if where:
+        lock = os.environ.get("AUTOWEB_GPU_LOCK")
+        applied = _sibling("landlock").confine([where], [lock] if lock else [])
+    if deny_sockets:
+        applied["sockets_denied"] = _sibling("seccomp").deny_sockets()
+    return applied
+
+
+def prepare() -> dict:
+    """Resource limits, subreaper, confinement. Returns what was applied ({} when nothing)."""
+    _limits()
+    _become_subreaper()
+    return _confine()
