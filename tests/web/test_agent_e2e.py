@@ -4,16 +4,11 @@ Triton candidates (good, wrong, malformed, hacked)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import redis
-from django.db import connection, transaction
+from django.db import transaction
 
 from searches import orchestrator, services
 from searches.models import Search, Trial
@@ -21,13 +16,13 @@ from tests.conftest import test_redis_url
 from tests.web.agent_helpers import GOOD, HACKED, MALFORMED, WRONG, fenced
 from tests.web.domain import idea_kwargs
 from tests.web.openai_server import OpenAIServer, Step
+from tests.web.processes import Processes
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture
-def env(worker_id):
+def env(worker_id, tmp_path):
     db = 11 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
     url = test_redis_url(db)
     conn = redis.Redis.from_url(url)
@@ -36,44 +31,17 @@ def env(worker_id):
     except redis.RedisError:
         pytest.skip(f"no Redis on {url}")
     conn.flushdb()
-    s = connection.settings_dict
-    if s["ENGINE"].endswith("sqlite3"):
-        db_url = f"sqlite:///{s['NAME']}"
-    else:
-        host = f"{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}"
-        db_url = f"postgres://{s['USER'] or 'postgres'}@{host}/{s['NAME']}"
-    server = OpenAIServer().__enter__()
-    environ = {
-        **os.environ,
-        "REDIS_URL": url,
-        "DATABASE_URL": db_url,
-        "DJANGO_SETTINGS_MODULE": "autoweb.settings",
-        "PYTHONUNBUFFERED": "1",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_API_KEY": "sk-e2e-secret-key-000000",
-        "AUTOWEB_LLM_TUNE_TRIALS": "1",
-        "AUTOWEB_LLM_BACKOFF_MS": "10",
-    }
-    procs: list[subprocess.Popen] = []
-
-    def start(*cmd: str) -> subprocess.Popen:
-        p = subprocess.Popen(
-            [sys.executable, *cmd],
-            cwd=ROOT,
-            env=environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+    with OpenAIServer() as server:
+        procs = Processes(
+            url,
+            tmp_path,
+            OPENAI_BASE_URL=server.base_url,
+            OPENAI_API_KEY="sk-e2e-secret-key-000000",
+            AUTOWEB_LLM_TUNE_TRIALS="1",
+            AUTOWEB_LLM_BACKOFF_MS="10",
         )
-        procs.append(p)
-        return p
-
-    yield {"url": url, "start": start, "server": server}
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait(timeout=30)
-    server.__exit__(None, None, None)
+        yield {"url": url, "start": procs.start, "server": server, "procs": procs}
+        procs.stop_all()
     conn.flushdb()
 
 

@@ -4,23 +4,19 @@ rebuilt, and the search finishes with every trial judged once."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import redis
-from django.db import connection
 
 from searches.models import Search
+from tests.web.processes import Processes
 from tests.web.test_search_e2e import _search, _wait
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
@@ -66,38 +62,9 @@ class RedisServer:
 def stack(tmp_path):
     server = RedisServer(tmp_path)
     server.start()
-    s = connection.settings_dict
-    if s["ENGINE"].endswith("sqlite3"):
-        db_url = f"sqlite:///{s['NAME']}"
-    else:
-        host = f"{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}"
-        db_url = f"postgres://{s['USER'] or 'postgres'}@{host}/{s['NAME']}"
-    env = {
-        **os.environ,
-        "REDIS_URL": server.url,
-        "DATABASE_URL": db_url,
-        "DJANGO_SETTINGS_MODULE": "autoweb.settings",
-        "PYTHONUNBUFFERED": "1",
-    }
-    procs: list[subprocess.Popen] = []
-
-    def start(*cmd: str) -> subprocess.Popen:
-        p = subprocess.Popen(
-            [sys.executable, *cmd],
-            cwd=ROOT,
-            env=env,
-            stdout=open(tmp_path / f"proc{len(procs)}.log", "w"),  # noqa: SIM115
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        procs.append(p)
-        return p
-
-    yield {"redis": server, "start": start, "logs": tmp_path}
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait(timeout=30)
+    procs = Processes(server.url, tmp_path)
+    yield {"redis": server, "start": procs.start, "procs": procs}
+    procs.stop_all()
     if server.proc.poll() is None:
         server.kill()
 
@@ -113,8 +80,7 @@ def test_a_redis_restart_mid_search_loses_no_trial_and_repeats_none(stack, setti
     try:
         search = _wait(search, lambda s: s.status == Search.Status.FINISHED, timeout=360)
     except AssertionError:
-        logs = "".join(p.read_text()[-3000:] for p in sorted(stack["logs"].glob("proc*.log")))
-        raise AssertionError(logs) from None
+        raise AssertionError(stack["procs"].log_tails()) from None
     assert worker.poll() is None, "the worker survived the restart"
     assert orch.poll() is None, "the orchestrator survived the restart"
     trials = list(search.trials.order_by("index"))

@@ -5,27 +5,24 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import redis
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 
 from kernels.worker import events_key
 from searches import orchestrator, services
 from searches.models import Search, Trial
 from tests.conftest import test_redis_url
+from tests.web.processes import Processes
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def env(worker_id):
+def env(worker_id, tmp_path):
     db = 5 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
     url = test_redis_url(db)
     conn = redis.Redis.from_url(url)
@@ -34,38 +31,9 @@ def env(worker_id):
     except redis.RedisError:
         pytest.skip(f"no Redis on {url}")
     conn.flushdb()
-    s = connection.settings_dict
-    if s["ENGINE"].endswith("sqlite3"):
-        db_url = f"sqlite:///{s['NAME']}"
-    else:
-        host = f"{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}"
-        db_url = f"postgres://{s['USER'] or 'postgres'}@{host}/{s['NAME']}"
-    environ = {
-        **os.environ,
-        "REDIS_URL": url,
-        "DATABASE_URL": db_url,
-        "DJANGO_SETTINGS_MODULE": "autoweb.settings",
-        "PYTHONUNBUFFERED": "1",
-    }
-    procs: list[subprocess.Popen] = []
-
-    def start(*cmd: str) -> subprocess.Popen:
-        p = subprocess.Popen(
-            [sys.executable, *cmd],
-            cwd=ROOT,
-            env=environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        procs.append(p)
-        return p
-
-    yield {"redis": conn, "url": url, "start": start}
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait(timeout=30)
+    procs = Processes(url, tmp_path)
+    yield {"redis": conn, "url": url, "start": procs.start, "procs": procs}
+    procs.stop_all()
     conn.flushdb()
 
 
