@@ -29,7 +29,7 @@ from library.models import Release, Revalidation, Review
 from searches import roles
 from searches.errors import DomainError
 from searches.models import Idea, Trial
-from searches.services import _jsonable, source_sha256  # one JSON cleaner for both apps
+from searches.services import source_sha256, storable_json  # one JSON cleaner for both apps
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +286,7 @@ def record_revalidation(*, revalidation: Revalidation, report: Any) -> Revalidat
         return fail_revalidation(
             revalidation=locked, reason=f"the worker returned no report ({type(report).__name__})"
         )
-    report = _jsonable(dict(report), error=DomainError)
+    report = storable_json(dict(report), error=DomainError)
     outcome = report.get("revalidation") if isinstance(report.get("revalidation"), dict) else {}
     passed = outcome.get("passed") is True and report.get("verdict") == "accepted"
     locked.report = report

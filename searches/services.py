@@ -540,7 +540,7 @@ def record_proposal(
         proposer=proposer.strip(),
         model=model,
         rationale=rationale or "",
-        knob_values=_jsonable(dict(knob_values or {}), error=DomainError),
+        knob_values=storable_json(dict(knob_values or {}), error=DomainError),
         prompt=prompt,
         tokens_in=tokens_in,
         tokens_out=tokens_out,
@@ -733,12 +733,12 @@ def _clean_report(report: Any) -> dict[str, Any]:
         raise InvalidReport(f"The report's geomean_ms must be above 0; got {ms!r}.")
     if noise is not None and noise < 0:
         raise InvalidReport(f"The report's noise must be 0 or more; got {noise!r}.")
-    cleaned = _jsonable(dict(report), error=InvalidReport)
+    cleaned = storable_json(dict(report), error=InvalidReport)
     cleaned["reasons"] = [str(r) for r in cleaned.get("reasons") or []]
     return cleaned
 
 
-def _jsonable(value: Any, *, error: type[DomainError], depth: int = 0) -> Any:
+def storable_json(value: Any, *, error: type[DomainError], depth: int = 0) -> Any:
     """`value` as JSON that both SQLite and PostgreSQL store: NaN and infinities become strings
     (jsonb rejects them; a report's error of "nan" is worth keeping), NUL bytes are escaped."""
     if depth > 32:
@@ -753,11 +753,11 @@ def _jsonable(value: Any, *, error: type[DomainError], depth: int = 0) -> Any:
         return value.replace("\x00", "\\x00")
     if isinstance(value, Mapping):
         return {
-            str(k).replace("\x00", "\\x00"): _jsonable(v, error=error, depth=depth + 1)
+            str(k).replace("\x00", "\\x00"): storable_json(v, error=error, depth=depth + 1)
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [_jsonable(v, error=error, depth=depth + 1) for v in value]
+        return [storable_json(v, error=error, depth=depth + 1) for v in value]
     raise error(f"{type(value).__name__} is not JSON.")
 
 
@@ -800,8 +800,8 @@ def upsert_worker(
         defaults={
             "kind": kind,
             "device_name": str(device_name or "")[:200],
-            "ceilings": _jsonable(dict(ceilings), error=DomainError) if ceilings else None,
-            "versions": _jsonable(dict(versions or {}), error=DomainError),
+            "ceilings": storable_json(dict(ceilings), error=DomainError) if ceilings else None,
+            "versions": storable_json(dict(versions or {}), error=DomainError),
             "queue": queue,
             "last_heartbeat": now or timezone.now(),
         },
