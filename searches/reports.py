@@ -66,6 +66,34 @@ class ReportView:
     notes: list[str] = field(default_factory=list)
     tier: str = ""
     dtype: str = ""
+    sandbox: list[SandboxRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SandboxRow:
+    """One isolation layer the candidate's process ran under, or did not."""
+
+    label: str
+    applied: bool
+
+
+def _sandbox(report: dict[str, Any]) -> list[SandboxRow]:
+    """What the harness says the candidate's process got (kernels/harness/sandbox.py): shown
+    so that nobody assumes more isolation than the host gave. Empty for reports without it."""
+    sb = report.get("sandbox")
+    if not isinstance(sb, dict):
+        return []
+    conf = _dict(sb.get("confinement"))
+    abi = conf.get("abi")
+    landlock = f" (Landlock ABI {abi})" if type(abi) is int and abi > 0 else " (Landlock)"
+    rows = [
+        SandboxRow("network namespace", sb.get("network_isolated") is True),
+        SandboxRow("write confinement" + landlock, sb.get("filesystem_confined") is True),
+        SandboxRow("socket filter (seccomp)", sb.get("sockets_denied") is True),
+    ]
+    if "signals" in conf:
+        rows.append(SandboxRow("signal scope", conf.get("signals") is True))
+    return rows
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -150,4 +178,5 @@ def report_view(report: Any) -> ReportView:
         notes=[_text(n) for n in _list(report.get("notes"))],
         tier=_text(report.get("tier")),
         dtype=_text(report.get("dtype")),
+        sandbox=_sandbox(report),
     )

@@ -71,6 +71,12 @@ def report(
             "roofline": {"passed": True, "detail": "within ceilings"},
         },
         "shapes": shapes,
+        "sandbox": {
+            "network_isolated": True,
+            "filesystem_confined": True,
+            "sockets_denied": False,
+            "confinement": {"abi": 7, "filesystem": True, "tcp": True, "signals": True},
+        },
     }
 
 

@@ -72,6 +72,9 @@ def test_the_review_page_shows_diffs_table_checks_device_lineage_and_prompt(revi
         assert row["label"] in html
     assert "cuda_graph" in html and "captured and replayed" in html
     assert "NVIDIA H200" in html and "triton 3.6.0" in html
+    # The reviewer sees what isolation the candidate ran under, and what it lacked.
+    assert '<span class="chip" title="applied">write confinement (Landlock ABI 7)</span>' in html
+    assert "without socket filter (seccomp)" in html
     assert "Make softmax faster." in html
     assert "BLOCK_N=4096 keeps a 4096 row in one block" in html
     # Default range: the span of the measured shapes.

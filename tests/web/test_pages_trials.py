@@ -78,6 +78,42 @@ def test_the_checks_and_per_shape_tables_come_from_the_report(engineer_client, s
     assert "geomean speedup vs eager" in summary
 
 
+def test_the_device_card_says_which_sandbox_layers_the_candidate_ran_under(engineer_client, search):
+    # The recorded H200 report predates Landlock and the socket filter: it must not claim them.
+    old = judged(search, knob_variant(2048), h200_report())
+    device = section(trial_page(engineer_client, old), "device")
+    assert '<span class="chip" title="applied">network namespace</span>' in device
+    assert "without write confinement (Landlock)" in device
+    assert "without socket filter (seccomp)" in device
+    assert "signal scope" not in device  # not reported, so not shown either way
+
+    report = h200_report()
+    report["sandbox"].update(
+        filesystem_confined=True,
+        sockets_denied=True,
+        confinement={"abi": 7, "filesystem": True, "tcp": True, "signals": True},
+    )
+    new = judged(search, knob_variant(4096), report, parent=old)
+    device = section(trial_page(engineer_client, new), "device")
+    assert "without" not in device
+    for label in ("write confinement (Landlock ABI 7)", "socket filter (seccomp)", "signal scope"):
+        assert f'<span class="chip" title="applied">{label}</span>' in device
+
+
+def test_a_report_with_a_garbled_sandbox_entry_shows_none(engineer_client, search):
+    report = h200_report()
+    report["sandbox"] = {"network_isolated": "yes", "confinement": {"abi": HOSTILE}}
+    trial = judged(search, knob_variant(2048), report)
+    html = trial_page(engineer_client, trial)
+    device = section(html, "device")
+    assert "without network namespace" in device  # only a real true counts
+    assert "write confinement (Landlock)" in device  # the ABI is shown only when it is a number
+    assert_inert(html)
+    report["sandbox"] = "not a dict"
+    trial = judged(search, knob_variant(4096), report, parent=trial)
+    assert "sandbox" not in section(trial_page(engineer_client, trial), "device")
+
+
 def test_a_failed_trial_shows_its_category_and_reasons(engineer_client, search):
     trial = judged(search, knob_variant(2048), rejected("timeout", "timeout: 300 s at M=8192"))
     html = trial_page(engineer_client, trial)
