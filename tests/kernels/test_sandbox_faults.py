@@ -363,3 +363,49 @@ def test_a_candidate_cannot_reach_a_unix_socket(pool: Pool, tmp_path: Path) -> N
     assert elapsed < TIMEOUT_S
     _assert_tree_gone(report, seen)
     _assert_serves_the_seed(pool)
+
+
+# ---- the same confinement under CUDA ------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("fixture", "mention"),
+    [
+        ("write_outside", "permission denied"),
+        ("socket_unix", "permission denied"),
+        ("signal_worker", "operation not permitted"),
+    ],
+)
+def test_the_confinement_holds_on_cuda_and_honest_kernels_still_pass(
+    fixture: str, mention: str, tmp_path: Path
+) -> None:
+    """Landlock and the socket filter with the CUDA driver loaded: the driver opens its device
+    nodes read-write and the seed must still be accepted, while the fixture is refused."""
+    if not (filesystem_confinement_enabled() and socket_filter_enabled()):
+        pytest.skip("this host gives the child neither Landlock nor the socket filter")
+    target = tmp_path / "canary"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(tmp_path / "s.sock"))
+    srv.listen(4)
+    source = (EXPLOITS / f"{fixture}.py").read_text()
+    source = source.replace('"/tmp/autoweb-write-outside-canary"', repr(str(target)))
+    source = re.sub(
+        r'^PATH = ".+"$', f"PATH = {str(tmp_path / 's.sock')!r}", source, flags=re.MULTILINE
+    )
+    got: list[int] = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(signum))
+    try:
+        report = evaluate("softmax", source, device="cuda", tier="smoke", skip_static_checks=True)
+        time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+        srv.close()
+
+    assert report["failure"] == "crashed", report["reasons"]
+    assert mention in _reasons(report), report["reasons"]
+    assert not target.exists() and not got
+    seed = evaluate("softmax", SEED, device="cuda", tier="smoke")
+    assert seed["verdict"] == "accepted", seed["reasons"]
+    assert seed["sandbox"]["filesystem_confined"] is True
+    assert seed["sandbox"]["sockets_denied"] is True
