@@ -311,6 +311,18 @@ def _evaluate(
         out_root = child.dir / "out"
         done = False
         t_start = time.monotonic()
+        # Outputs produced while timed are verified once the child has finished timing and the
+        # GPU lock is shared again: verifying them at once would put this process's reads,
+        # reference and comparison kernels on the GPU while the child times the next shape.
+        timed_msgs: list[dict] = []
+
+        def verify_timed() -> None:
+            for m in timed_msgs:
+                _on_timed(run, m, out_root, dinfo, len(sources))
+            if timed_msgs:
+                run.timeline.append(("timed_verified", round(time.monotonic() - t_start, 3)))
+            timed_msgs.clear()
+
         while not done:
             msg = child.next(deadline)
             t = msg["t"]
@@ -334,11 +346,12 @@ def _evaluate(
                     lock = sandbox.GpuLock(sandbox.gpu_key()).acquire()
                 child.send({"go": go})
             elif t == "timed":
-                _on_timed(run, msg, out_root, dinfo, len(sources))
+                timed_msgs.append(msg)
             elif t == "gpu_done":
                 if lock is not None:
                     lock.release()
                 lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
+                verify_timed()
             elif t == "e2e":
                 _on_e2e(run, msg)
             elif t == "profiled":
@@ -393,6 +406,11 @@ def _evaluate(
                     f"the sandboxed process wrote an unreadable message: {msg.get('raw')!r}",
                 )
                 done = True
+        if timed_msgs:  # the child stopped mid-timing: what it did time is still checked
+            if lock is not None:
+                lock.release()
+            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
+            verify_timed()
     except sandbox.SandboxError as e:
         run.fail("crashed", str(e))
     finally:
