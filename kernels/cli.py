@@ -131,9 +131,18 @@ def _progress(quiet: bool):
     return on_event
 
 
+def _adopt() -> None:
+    """Like the worker: processes escaping a dead sandbox come to this process and are killed
+    when the sandbox is closed."""
+    from kernels.harness.sandbox import adopt_escaped_processes
+
+    adopt_escaped_processes()
+
+
 def cmd_evaluate(args) -> int:
     from kernels.harness import evaluate
 
+    _adopt()
     problem = _load_problem(args)
     source, _ = _read_candidate(args.candidate, problem)
     dev = _device(args.device)
@@ -157,6 +166,7 @@ def cmd_tune(args) -> int:
     from kernels.harness.sandbox import Pool
     from kernels.tuner import Tuner
 
+    _adopt()
     problem = _load_problem(args)
     source, path = _read_candidate(args.candidate, problem)
     dev = _device(args.device)

@@ -33,7 +33,7 @@ from rq.serializers import JSONSerializer
 from kernels import problems
 from kernels.harness import device as devmod
 from kernels.harness import evaluate
-from kernels.harness.sandbox import Pool
+from kernels.harness.sandbox import Pool, adopt_escaped_processes
 
 HEARTBEAT_S = 5
 WORKER_TTL_S = 30
@@ -308,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(
         target=_heartbeat_loop, args=(args.redis, _name, info, stop), daemon=True
     ).start()
+    # Processes a candidate leaves behind after killing its own sandbox process come here and
+    # are killed when that sandbox is closed (kernels.harness.sandbox.sweep_escaped).
+    adopt_escaped_processes()
     _pool = Pool(_device, size=args.warm)
     print(f"worker {_name}: {info['name']} ({kind}) on queue {queue_name(kind)}", flush=True)
 

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import psutil
@@ -167,6 +168,7 @@ class Child:
         if network_isolation_available():
             cmd = ["unshare", "-n", "--", *cmd]
         self.log_path = self.dir / "child.log"
+        _LIVE.add(self)  # before it starts: a sweep in another thread must never take it
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 cmd,
@@ -185,6 +187,7 @@ class Child:
         self._reader.start()
         self.ready = False
         self.confined: dict = {}
+        self._dead_since: float | None = None
         self.peak_rss = 0
 
     def _read(self, fd: int) -> None:
@@ -227,6 +230,13 @@ class Child:
             try:
                 return self._msgs.get(timeout=min(left, 0.2))
             except queue.Empty:
+                if self.proc.poll() is not None:
+                    # Dead, but the wire may not close: a process it started holds the pipe's
+                    # write end. What it wrote before dying has been read by now.
+                    if self._dead_since is None:
+                        self._dead_since = time.monotonic()
+                    elif time.monotonic() - self._dead_since > 0.5:
+                        return {"t": "eof"}
                 rss = self._rss()
                 self.peak_rss = max(self.peak_rss, rss)
                 if rss > self.memory_bytes:
@@ -303,8 +313,83 @@ class Child:
 
     def close(self) -> None:
         self.kill()
+        _LIVE.discard(self)
+        sweep_escaped()
         if not self.keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---- processes that outlived their sandbox process ---------------------------------------
+#
+# While a child lives it is a subreaper, so whatever a candidate starts stays in its tree and
+# Child.kill sweeps it. A candidate that kills its own sandbox process (possible only past the
+# static checks) leaves its processes to the nearest subreaper above: with
+# adopt_escaped_processes() that is this process, which then recognises them by the seccomp
+# filter every sandboxed process carries (one more than this process has) and kills them.
+
+_LIVE: weakref.WeakSet[Child] = weakref.WeakSet()
+_adopting = False
+
+
+def adopt_escaped_processes() -> bool:
+    """Make this process a subreaper, so processes escaping a dead sandbox come to it and
+    sweep_escaped() can kill them. For a long-lived process that only starts sandboxes (the
+    GPU worker, the CLI): it also inherits any other orphaned grandchild. Returns whether the
+    escaped ones can be recognised (the sandbox's seccomp filter is on)."""
+    global _adopting
+    import ctypes
+
+    if not _adopting:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(36, *map(ctypes.c_ulong, (1, 0, 0, 0))):  # PR_SET_CHILD_SUBREAPER
+            return False
+        _adopting = True
+    return socket_filter_enabled()
+
+
+def _seccomp_filters(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Seccomp_filters:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def sweep_escaped() -> int:
+    """Kill this process's children that came from a sandbox (they carry more seccomp filters
+    than this process) but are no live sandbox's own process, with their trees. Returns how
+    many trees it killed. Without adopt_escaped_processes() there are none to find."""
+    if not _adopting:
+        return 0
+    mine = _seccomp_filters(os.getpid()) or 0
+    killed = 0
+    for _ in range(20):  # killing a tree re-parents its stragglers here: go again
+        runners = {c.proc.pid for c in list(_LIVE) if hasattr(c, "proc")}
+        found: list[psutil.Process] = []
+        with contextlib.suppress(psutil.Error):
+            for p in psutil.Process().children():
+                n = _seccomp_filters(p.pid)
+                if p.pid not in runners and n is not None and n > mine:
+                    found.append(p)
+        if not found:
+            break
+        tree: list[psutil.Process] = []
+        for p in found:
+            with contextlib.suppress(psutil.Error):
+                tree += [p, *p.children(recursive=True)]
+        for q in tree:
+            with contextlib.suppress(psutil.Error):
+                q.suspend()
+        for q in tree:
+            with contextlib.suppress(psutil.Error):
+                q.kill()
+        for p in found:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(p.pid, 0)  # ours now: reap it
+        killed += len(found)
+    return killed
 
 
 class Pool:

@@ -40,6 +40,7 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "hang": ("no result within",),
     "illegal_memory_access": ("sigsegv", "illegal memory access", "process died"),
     "lazy_meta": ("meta",),
+    "kill_own_sandbox": ("attribute 'os' is not allowed",),
     "library_fallback": ("library fallback",),
     "library_fallback_arith": ("library fallback",),
     "monkeypatch_harness": ("monkeypatch",),

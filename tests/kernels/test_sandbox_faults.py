@@ -12,9 +12,12 @@ and the same pool (what a worker uses) still evaluates the softmax seed correctl
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -175,6 +178,72 @@ def test_a_hanging_candidate_with_a_daemon_in_its_own_session_is_killed_whole(
     assert elapsed < timeout_s + GRACE_S
     _assert_tree_gone(report, seen)
     _assert_serves_the_seed(pool)
+
+
+_WORKER_SCRIPT = """
+import json, sys, time
+import psutil
+from kernels.harness import evaluate
+from kernels.harness.sandbox import adopt_escaped_processes
+
+adopted = adopt_escaped_processes() if sys.argv[2] == "adopt" else False
+report = evaluate("softmax", open(sys.argv[1]).read(), device="interpret",
+                  skip_static_checks=True)
+time.sleep(0.5)
+print(json.dumps({"adopted": adopted, "failure": report["failure"],
+                  "reasons": report["reasons"]}))
+"""
+
+
+def _sleepers(tag: str) -> list[psutil.Process]:
+    return [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] == ["sleep", tag] and p.status() != psutil.STATUS_ZOMBIE
+    ]
+
+
+def _run_as_worker(tmp_path: Path, adopt: bool) -> tuple[dict, list[psutil.Process]]:
+    """Evaluate kill_own_sandbox in a separate process standing in for the worker; returns its
+    verdict and the candidate's daemons still running afterwards."""
+    tag = str(uuid.uuid4().int % 10**6 + 10**6)  # a sleep of its own, to find it by
+    source = (EXPLOITS / "kill_own_sandbox.py").read_text()
+    source = source.replace('SLEEP = "613"', f"SLEEP = {tag!r}")
+    path = tmp_path / "candidate.py"
+    path.write_text(source)
+    out = subprocess.run(
+        [sys.executable, "-c", _WORKER_SCRIPT, str(path), "adopt" if adopt else "no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1]), _sleepers(tag)
+
+
+def test_a_candidate_that_kills_its_own_sandbox_leaves_nothing_running(tmp_path: Path) -> None:
+    if not socket_filter_enabled():
+        pytest.skip("escaped processes are recognised by the seccomp filter, absent here")
+    # Control: a process that does not adopt shows the escape is real (the daemon outlives it).
+    report, left = _run_as_worker(tmp_path, adopt=False)
+    try:
+        assert report["failure"] == "crashed", report["reasons"]
+        assert left, "the fixture's daemon never started or did not escape: the test proves nothing"
+    finally:
+        for p in left:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+    report, left = _run_as_worker(tmp_path, adopt=True)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+
+    assert report["adopted"] is True
+    assert report["failure"] == "crashed", report["reasons"]
+    assert "killed by sigkill" in _reasons(report), report["reasons"]
+    assert not left, "the daemon outlived the sandbox it escaped from"
 
 
 # ---- files --------------------------------------------------------------------------------
