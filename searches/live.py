@@ -1,13 +1,39 @@
 """Publishing to browsers: one channels group per search. Services and the orchestrator call
-these; consumers only join groups and forward. A dropped message loses nothing: the page
-catches up from the database when it (re)connects."""
+these; consumers only check access and forward. A dropped message loses nothing: the page
+catches up from the database when it (re)connects.
+
+A trial's row is rendered here, once per change for the whole group, not once per watching
+browser: the row partial is the same for every user allowed to see the search (it carries no
+user, form or CSRF token), so the group message carries the HTML and each `SearchConsumer` only
+checks its user's access and forwards it. It is the partial the search page's table includes
+(`ROW_TEMPLATE`): one source per fragment. The status section is not rendered here: it holds
+forms with the viewer's CSRF token, so each consumer renders it (search changes are rare).
+
+Messages (``type`` "search.event"), by ``kind``:
+
+- ``rows``: ``{"search_id", "rows": [{"trial_id", "index", "status", "html"}, ...]}``, in the
+  order the changes happened; several versions of one row may follow each other (one per
+  status transition);
+- ``trial``: ``{"trial_id"}`` without HTML, a hint: the consumer re-reads and renders the row
+  itself (kept for bare hints; nothing here sends one any more);
+- ``search``: ``{"search_id", "status"}``: the consumer renders the status section;
+- ``tokens``: ``{"hint", "text"}``: streamed LLM text, escaped by the consumer.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
+from django.db import transaction
+from django.template.loader import render_to_string
+
 log = logging.getLogger(__name__)
+
+ROW_TEMPLATE = "searches/partials/trial_row.html"
+# Columns a row never shows (as in selectors): a changed trial is re-read without them.
+ROW_DEFER = ("source", "report", "prompt", "versions")
 
 
 def group_name(search_id: int) -> str:
@@ -27,11 +53,69 @@ def _send(search_id: int, payload: dict[str, Any]) -> None:
         log.debug("live update for search %s dropped: %s", search_id, e)
 
 
-def trial_changed(trial, event: dict[str, Any] | None = None) -> None:
-    _send(
-        trial.search_id,
-        {"kind": "trial", "trial_id": trial.pk, "status": trial.status, "event": event or {}},
-    )
+# -- rows ---------------------------------------------------------------------------------------
+
+
+def render_row(trial: Any, progress: dict[str, Any] | None = None) -> str:
+    """The trial's ``<tr>``, exactly as the search page's table (and its htmx partial) shows it."""
+    return render_to_string(ROW_TEMPLATE, {"trial": trial, "progress": progress}).strip()
+
+
+def progress(trial: Any, event: Any) -> dict[str, Any] | None:
+    """The worker's progress (``verifying shape 3/8``) for the row, if it matches the DB's phase."""
+    if not isinstance(event, dict) or event.get("phase") != trial.status:
+        return None
+    shape, of = event.get("shape"), event.get("of")
+    shown: dict[str, Any] = {"phase": trial.status}
+    if isinstance(shape, int) and isinstance(of, int) and 0 <= shape <= of:
+        shown.update(shape=shape, of=of)
+    return shown
+
+
+def row(trial: Any, event: Any = None) -> dict[str, Any]:
+    """One entry of a ``rows`` message: the rendered row and what a consumer needs to place it."""
+    return {
+        "trial_id": trial.pk,
+        "index": trial.index,
+        "status": trial.status,
+        "html": render_row(trial, progress(trial, event)),
+    }
+
+
+def trials_changed(search_id: int, changes: Iterable[tuple[Any, Any]]) -> None:
+    """Push these row versions ((trial, worker event or None), oldest first) in one message,
+    once the current transaction commits. Each trial is rendered as given: the caller hands in
+    the row as the database held it after each change, so no status transition is lost."""
+    try:
+        rows = [row(trial, event) for trial, event in changes]
+    except Exception:  # a row that fails to render must not stop the loop; the DB has it
+        log.exception("live rows for search %s not rendered", search_id)
+        return
+    if rows:
+        transaction.on_commit(
+            lambda: _send(search_id, {"kind": "rows", "search_id": search_id, "rows": rows})
+        )
+
+
+def trial_changed(trial: Any, event: dict[str, Any] | None = None) -> None:
+    """Push the trial's row as the database holds it once the current transaction commits.
+
+    Re-read rather than rendered from `trial`: callers may hold an instance older than the
+    row (the database is the truth, the call only says that something changed)."""
+    search_id, trial_id = trial.search_id, trial.pk
+
+    def push() -> None:
+        from searches.models import Trial
+
+        try:
+            fresh = Trial.objects.filter(pk=trial_id, search_id=search_id).defer(*ROW_DEFER).first()
+        except Exception as e:
+            log.debug("live update for trial %s dropped: %s", trial_id, e)
+            return
+        if fresh is not None:
+            trials_changed(search_id, [(fresh, event)])
+
+    transaction.on_commit(push)
 
 
 def search_changed(search) -> None:
