@@ -10,6 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from channels_redis.core import RedisChannelLayer
 from django.contrib.auth.models import Group
 from django.contrib.sessions.models import Session
 from django.test import Client
@@ -155,6 +156,17 @@ async def test_a_user_without_access_gets_no_rendered_row(search, outsider):
     row = {"trial_id": trial.pk, "index": trial.index, "status": "kept", "html": html}
     await get_channel_layer().group_send(live.group_name(search.pk), rows_message(search.pk, row))
     assert await ws.receive_nothing(timeout=0.5)
+    await ws.disconnect()
+
+
+async def test_an_idle_socket_outlives_the_layers_blocking_wait(search, engineer_cookie):
+    """A socket waits for messages with a blocking pop of `brpop_timeout` seconds; a Redis read
+    timeout no longer than that (redis-py 8's default) tore every idle socket down with 1011."""
+    trial = await db(propose)(search, 1)
+    ws, _ = await connected(search.pk, engineer_cookie)
+    assert await ws.receive_nothing(timeout=RedisChannelLayer.brpop_timeout + 1.5)
+    await sync_to_async(live.trial_changed)(trial)
+    assert row_ids(await ws.receive_from(timeout=WAIT)) == [trial.pk]
     await ws.disconnect()
 
 
