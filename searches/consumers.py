@@ -19,9 +19,10 @@ Paging with htmx keeps the socket, so a page of older trials must not take inser
 - ``<pre id="proposal-stream" hx-swap-oob="beforeend">`` text -- LLM tokens, escaped;
 - ``<div id="live-error" hx-swap-oob="true" role="alert" data-error="CODE">`` -- a refused message.
 
-Rows are rendered once per change by `searches.live` and arrive in the group message as HTML
-(the row is the same for every viewer); this consumer checks its user's access, decides per
-connection whether a row is replaced or inserted, and forwards it. The channel layer is trusted
+Rows and the status section are rendered once per change by `searches.live` and arrive in the
+group message as HTML (the same for every viewer); this consumer checks its user's access,
+decides per connection whether a row is replaced or inserted, puts its browser's CSRF token into
+the status section's forms, and forwards them. The channel layer is trusted
 for that reason: only the web and orchestrator processes may write to it (docs/deploy.md, the
 Redis ACL keeps GPU hosts off it).
 
@@ -61,6 +62,7 @@ from django.contrib import auth
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
+from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -72,7 +74,7 @@ from searches.models import Search, Trial
 log = logging.getLogger(__name__)
 
 ROW_TEMPLATE = live.ROW_TEMPLATE
-STATUS_TEMPLATE = "searches/partials/search_status.html"
+STATUS_TEMPLATE = live.STATUS_TEMPLATE
 # Where inserts and the catch-up go: the rows of the newest page only (see the module docstring).
 NEWEST = "#trial-rows[data-page='1'],#trial-rows:not([data-page])"
 
@@ -117,8 +119,8 @@ class Frames:
 class SearchConsumer(AsyncWebsocketConsumer):
     """One browser watching one search.
 
-    The database is the truth: a row arrives rendered from it (by `searches.live`, once for
-    the whole group), and the status section is re-read and rendered here for this user. A
+    The database is the truth: rows and the status section arrive rendered from it (by
+    `searches.live`, once for the whole group); a bare hint is re-read and rendered here. A
     message that Redis drops therefore costs nothing that a later event or a reconnect does not
     repair: on (re)connect the client gets the search status and the newest page of trials from
     the database, whole, and a client that keeps a timestamp can send ``{"since": ...}`` to get
@@ -132,6 +134,7 @@ class SearchConsumer(AsyncWebsocketConsumer):
     search_id: int
     group: str | None = None
     access_until = 0.0  # monotonic time until which the last access check is trusted
+    csrf_token = ""
 
     async def connect(self) -> None:
         self.search_id = int(self.scope["url_route"]["kwargs"]["search_id"])
@@ -150,6 +153,8 @@ class SearchConsumer(AsyncWebsocketConsumer):
             await self._close(code)
             return
         self._trust_access()
+        # For the forms of status sections rendered once for everyone (see `_status_frame`).
+        self.csrf_token = get_token(self._view().request())
         # Redis unreachable: this raises (as does the consumer's own channel receive), daphne
         # closes with 1011, htmx reconnects with backoff and the catch-up fills the gap.
         self.group = live.group_name(self.search_id)
@@ -186,8 +191,14 @@ class SearchConsumer(AsyncWebsocketConsumer):
         if not await self._allowed():
             return
         kind = event.get("kind")
-        if kind == "search":  # re-read and rendered here: the section holds this user's forms
-            await self._send(await self._step(_status_only))
+        if kind == "search":
+            html = event.get("html")
+            if html is None:  # a bare hint: re-read and render here
+                await self._send(await self._step(_status_only))
+            elif event.get("search_id") == self.search_id:
+                text = _status_frame(html, self.csrf_token)
+                if text is not None:
+                    await self.send(text_data=text)
         elif kind == "rows":
             if event.get("search_id") == self.search_id:
                 for text in _forward_rows(self.shown, event.get("rows")):
@@ -473,6 +484,14 @@ def _forward_rows(shown: Shown, rows: Any) -> list[str]:
             shown.ids.add(trial_id)
             frames.append(_inserted(html))
     return frames
+
+
+def _status_frame(html: Any, csrf_token: str) -> str | None:
+    """A status section rendered by `searches.live` for no one, with this browser's CSRF token
+    in its forms (a token for the browser's own cookie, as a page would render it)."""
+    if not isinstance(html, str) or not html.startswith('<section id="search-status" '):
+        return None
+    return _oob(live.CSRF_FIELD.sub(rf"\g<1>{csrf_token}\g<2>", html), "section")
 
 
 def _inserted(rows: str) -> str:

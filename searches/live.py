@@ -6,8 +6,9 @@ A trial's row is rendered here, once per change for the whole group, not once pe
 browser: the row partial is the same for every user allowed to see the search (it carries no
 user, form or CSRF token), so the group message carries the HTML and each `SearchConsumer` only
 checks its user's access and forwards it. It is the partial the search page's table includes
-(`ROW_TEMPLATE`): one source per fragment. The status section is not rendered here: it holds
-forms with the viewer's CSRF token, so each consumer renders it (search changes are rare).
+(`ROW_TEMPLATE`): one source per fragment. The status section (`STATUS_TEMPLATE`, the htmx
+endpoint's partial) is rendered once too; its forms carry a CSRF token, which is the only part
+that differs per viewer: each consumer puts in a token for its own browser's cookie.
 
 Messages (``type`` "search.event"), by ``kind``:
 
@@ -16,22 +17,30 @@ Messages (``type`` "search.event"), by ``kind``:
   status transition);
 - ``trial``: ``{"trial_id"}`` without HTML, a hint: the consumer re-reads and renders the row
   itself (kept for bare hints; nothing here sends one any more);
-- ``search``: ``{"search_id", "status"}``: the consumer renders the status section;
+- ``search``: ``{"search_id", "status", "html"}``: the status section; without ``html``, a hint
+  on which the consumer re-reads and renders it itself;
 - ``tokens``: ``{"hint", "text"}``: streamed LLM text, escaped by the consumer.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
+from django.http import HttpRequest
 from django.template.loader import render_to_string
 
 log = logging.getLogger(__name__)
 
 ROW_TEMPLATE = "searches/partials/trial_row.html"
+STATUS_TEMPLATE = "searches/partials/search_status.html"
+# A status section's CSRF token fields; rendered for a placeholder secret, replaced per viewer.
+CSRF_FIELD = re.compile(r'(<input type="hidden" name="csrfmiddlewaretoken" value=")[^"]*(")')
+_PLACEHOLDER_SECRET = "0" * 32
 # Columns a row never shows (as in selectors): a changed trial is re-read without them.
 ROW_DEFER = ("source", "report", "prompt", "versions")
 
@@ -118,8 +127,44 @@ def trial_changed(trial: Any, event: dict[str, Any] | None = None) -> None:
     transaction.on_commit(push)
 
 
-def search_changed(search) -> None:
-    _send(search.pk, {"kind": "search", "search_id": search.pk, "status": search.status})
+# -- the status section ------------------------------------------------------------------------
+
+
+def render_status(search: Any) -> str:
+    """The status section as the htmx endpoint renders it, but for no one: its forms' CSRF
+    tokens belong to a placeholder secret (`CSRF_FIELD` finds them; consumers replace them)."""
+    request = HttpRequest()
+    request.method = "GET"
+    request.user = AnonymousUser()  # the section shows nothing per user but its CSRF tokens
+    request.META["CSRF_COOKIE"] = _PLACEHOLDER_SECRET
+    return render_to_string(STATUS_TEMPLATE, {"search": search}, request=request).strip()
+
+
+def search_changed(search: Any) -> None:
+    """Push the search's status section, re-read and rendered once, after the commit."""
+    search_id = search.pk
+
+    def push() -> None:
+        from searches.models import Search
+
+        try:
+            fresh = (
+                Search.objects.select_related("idea", "created_by", "incumbent")
+                .filter(pk=search_id)
+                .first()
+            )
+            if fresh is None:
+                return
+            html = render_status(fresh)
+        except Exception:  # a section that fails to render must not stop the loop
+            log.exception("live status of search %s not rendered", search_id)
+            return
+        _send(
+            search_id,
+            {"kind": "search", "search_id": search_id, "status": fresh.status, "html": html},
+        )
+
+    transaction.on_commit(push)
 
 
 def token(search_id: int, trial_hint: str, text: str) -> None:

@@ -10,18 +10,22 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
 from channels_redis.core import RedisChannelLayer
 from django.contrib.auth.models import Group
 from django.contrib.sessions.models import Session
+from django.middleware.csrf import _does_token_match
 from django.test import Client
 from django.urls import reverse
 
+from autoweb.asgi import application
 from searches import consumers, live, services
 from searches.models import Trial
 from searches.roles import ENGINEERS
 from tests.web.domain import propose
 from tests.web.pages import HOSTILE, HOSTILE_RAW
 from tests.web.test_live_consumer import (  # noqa: F401 (fixtures)
+    ORIGIN,
     WAIT,
     anyio_backend,
     channel_layer,
@@ -258,4 +262,54 @@ async def test_a_pushed_row_is_the_htmx_endpoints_row_and_hostile_text_stays_ine
         for raw in HOSTILE_RAW:
             assert raw not in frame
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in frame
+    await ws.disconnect()
+
+
+def _htmx_status(user, search_id: int) -> str:
+    client = Client()
+    client.force_login(user)
+    response = client.get(
+        reverse("searches:search", args=[search_id]),
+        headers={"HX-Request": "true", "HX-Target": "search-status"},
+    )
+    assert response.status_code == 200
+    return response.content.decode().strip()
+
+
+def _tokens(html: str) -> list[str]:
+    return re.findall(r'name="csrfmiddlewaretoken" value="([^"]*)"', html)
+
+
+async def test_a_status_change_is_rendered_once_with_each_browsers_own_csrf_token(
+    search, engineer, settings
+):
+    """The section in the group message is the htmx endpoint's partial; the socket puts in a
+    token for its browser's CSRF cookie, so the pushed Pause/Stop forms post."""
+    secret = "c" * 16 + "D" * 16
+    cookie = await db(login_cookie)(engineer)
+    cookies = f"{settings.SESSION_COOKIE_NAME}={cookie}; {settings.CSRF_COOKIE_NAME}={secret}"
+    headers = [(b"origin", ORIGIN.encode()), (b"cookie", cookies.encode())]
+    ws = WebsocketCommunicator(application, f"/ws/searches/{search.pk}/", headers=headers)
+    assert (await ws.connect(timeout=WAIT))[0]
+    await ws.receive_from(timeout=WAIT)  # the catch-up's status
+    channel = await probe(search.pk)
+
+    await sync_to_async(live.search_changed)(search)
+    message = await get_channel_layer().receive(channel)
+    assert message["kind"] == "search" and message["search_id"] == search.pk
+    htmx = await db(_htmx_status)(engineer, search.pk)
+
+    def normal(html: str) -> str:
+        """Without the CSRF tokens, and the wall-clock minutes (rendered a moment apart)."""
+        html = live.CSRF_FIELD.sub(r"\g<1>TOKEN\g<2>", html)
+        return re.sub(r"(<dt>wall minutes</dt>\s*<dd>).*?(</dd>)", r"\1\2", html, flags=re.S)
+
+    assert normal(message["html"]) == normal(htmx)
+    assert len(_tokens(htmx)) == 2  # Pause and Stop: a running search
+
+    frame = await ws.receive_from(timeout=WAIT)
+    assert frame.startswith('<section hx-swap-oob="true" id="search-status"')
+    assert normal(frame.replace(' hx-swap-oob="true"', "", 1)) == normal(htmx)
+    tokens = _tokens(frame)
+    assert len(tokens) == 2 and all(_does_token_match(t, secret) for t in tokens)
     await ws.disconnect()
