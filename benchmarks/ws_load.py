@@ -211,11 +211,17 @@ def publisher(redis_url: str, sid: int, tid: int, rate: float, seconds: float, s
         )
 
 
-def forwarder(sid: int, stop: threading.Event) -> None:
+def forwarder(sid: int, tid: int, stop: threading.Event, ready: threading.Event) -> None:
     from django.db import connection
 
+    from searches import live
+    from searches.models import Trial
     from searches.orchestrator import POLL_S, Loop
 
+    # A running orchestrator has rendered rows before; a fresh process's first render imports
+    # the URL conf (over a second on these 2 cores), which would land on the first events.
+    live.render_row(Trial.objects.get(pk=tid))
+    ready.set()
     loop = Loop(sid)
     while not stop.is_set():
         loop.forward_events()
@@ -238,8 +244,11 @@ async def main_async(args, port: int, sid: int, tid: int, keys: list[str], redis
     await asyncio.sleep(2)  # catch-up frames
     sent: dict[int, float] = {}
     fstop = threading.Event()
-    fwd = threading.Thread(target=forwarder, args=(sid, fstop), daemon=True)
+    ready = threading.Event()
+    fwd = threading.Thread(target=forwarder, args=(sid, tid, fstop, ready), daemon=True)
     fwd.start()
+    while not ready.is_set():
+        await asyncio.sleep(0.05)
     pub = threading.Thread(
         target=publisher, args=(redis_url, sid, tid, args.rate, args.seconds, sent), daemon=True
     )
