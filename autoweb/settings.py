@@ -145,10 +145,28 @@ AUTOWEB_WORKER_ONLINE_S = envint("AUTOWEB_WORKER_ONLINE_S", 30, minimum=1)
 
 # --- channels ---------------------------------------------------------------------------------
 
+# What reaches the layer: per search, at most one message of rendered rows per orchestrator poll
+# (POLL_S, progress coalesced per trial), plus verdicts, status changes and a few token batches a
+# second; rows are rendered once for the whole group (searches/live.py). channels-redis 4 queues
+# one copy of a group message per daphne *process* (all its sockets share one Redis key), then
+# copies it into each socket's local buffer; `capacity` bounds both. The default of 100 is under
+# a second of traffic for a process watching ~50 busy searches, so a short stall (GC, a burst of
+# reconnect catch-ups on 2 cores) would drop rows: 1000 gives ~10 s of slack, a few MB at most
+# (a socket's buffer shares the message objects). `expiry` 60 s: a process merely slow still gets
+# every row; a dead process's queue is gone within a minute. `group_expiry` (a day, the
+# default): consumers renew their entry at each access re-check, so an open page stays in.
+# `socket_timeout`: a socket waits for its messages with a blocking BZPOPMIN of 5 s, and redis-py
+# 8 gives every connection a 5-s read timeout by default, so each socket idle for 5 s was torn
+# down with 1011 (channels_redis issue 422); 15 s is above the pop and still bounds a hung Redis.
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+            "capacity": 1000,
+            "expiry": 60,
+            "group_expiry": 86400,
+        },
     }
 }
 

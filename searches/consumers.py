@@ -19,6 +19,21 @@ Paging with htmx keeps the socket, so a page of older trials must not take inser
 - ``<pre id="proposal-stream" hx-swap-oob="beforeend">`` text -- LLM tokens, escaped;
 - ``<div id="live-error" hx-swap-oob="true" role="alert" data-error="CODE">`` -- a refused message.
 
+Rows and the status section are rendered once per change by `searches.live` and arrive in the
+group message as HTML (the same for every viewer); this consumer checks its user's access,
+decides per connection whether a row is replaced or inserted, puts its browser's CSRF token into
+the status section's forms, and forwards them. The channel layer is trusted
+for that reason: only the web and orchestrator processes may write to it (docs/deploy.md, the
+Redis ACL keeps GPU hosts off it).
+
+Access is checked in full on connect, then cached per connection: it is checked again (the
+session, the user, its roles and the search, all read afresh) before the first push that comes
+more than ACCESS_RECHECK_S after the last check. A revoked role, a deactivated user, a
+logged-out session or a deleted search therefore ends the stream (4403 / 4401 / 4404) at the
+first push after the re-check is due, i.e. within ACCESS_RECHECK_S of the change (plus the time
+to the next push); until then such a socket may still get rows it got before. A status change
+re-reads the search for its section, so a deleted search ends the stream at once.
+
 Browser -> server: only ``{"since": "<ISO 8601 timestamp>"}`` (htmx's ws-send adds a ``HEADERS``
 object, which is ignored): the rows changed since then come back. Anything else gets an error
 frame; a frame over 64 KiB, or too many bad frames, closes the socket (1009 / 1008).
@@ -32,16 +47,22 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from importlib import import_module
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.contrib import auth
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest
+from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -52,8 +73,8 @@ from searches.models import Search, Trial
 
 log = logging.getLogger(__name__)
 
-ROW_TEMPLATE = "searches/partials/trial_row.html"
-STATUS_TEMPLATE = "searches/partials/search_status.html"
+ROW_TEMPLATE = live.ROW_TEMPLATE
+STATUS_TEMPLATE = live.STATUS_TEMPLATE
 # Where inserts and the catch-up go: the rows of the newest page only (see the module docstring).
 NEWEST = "#trial-rows[data-page='1'],#trial-rows:not([data-page])"
 
@@ -64,6 +85,9 @@ SINCE_LIMIT = 200
 MAX_FRAME_BYTES = 64 * 1024
 MAX_BAD_FRAMES = 10
 MAX_TOKEN_CHARS = 8 * 1024
+# Seconds a connection's access check is trusted before a push checks it again (each connection
+# waits between half and all of it, so sockets opened together do not re-check together).
+ACCESS_RECHECK_S = 10.0
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
@@ -71,8 +95,7 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 
-# Columns a row never shows (as in selectors): a changed trial is re-read on every event.
-_ROW_DEFER = ("source", "report", "prompt", "versions")
+_ROW_DEFER = live.ROW_DEFER
 _CSRF_SECRET = re.compile(r"[A-Za-z0-9]{32}")
 
 
@@ -96,11 +119,12 @@ class Frames:
 class SearchConsumer(AsyncWebsocketConsumer):
     """One browser watching one search.
 
-    The database is the truth, group events are only hints: on every event the consumer re-reads
-    the row and renders the same partial the pages render. A message that Redis drops therefore
-    costs nothing that a later event or a reconnect does not repair: on (re)connect the client
-    gets the search status and the newest page of trials from the database, whole, and a client
-    that keeps a timestamp can send ``{"since": ...}`` to get every row changed after it.
+    The database is the truth: rows and the status section arrive rendered from it (by
+    `searches.live`, once for the whole group); a bare hint is re-read and rendered here. A
+    message that Redis drops therefore costs nothing that a later event or a reconnect does not
+    repair: on (re)connect the client gets the search status and the newest page of trials from
+    the database, whole, and a client that keeps a timestamp can send ``{"since": ...}`` to get
+    every row changed after it.
 
     The socket joins the search's group only after the access check, and before reading the
     catch-up, so no event falls between the snapshot and the stream. Consumers only join groups
@@ -109,6 +133,8 @@ class SearchConsumer(AsyncWebsocketConsumer):
 
     search_id: int
     group: str | None = None
+    access_until = 0.0  # monotonic time until which the last access check is trusted
+    csrf_token = ""
 
     async def connect(self) -> None:
         self.search_id = int(self.scope["url_route"]["kwargs"]["search_id"])
@@ -126,6 +152,9 @@ class SearchConsumer(AsyncWebsocketConsumer):
         if code is not None:
             await self._close(code)
             return
+        self._trust_access()
+        # For the forms of status sections rendered once for everyone (see `_status_frame`).
+        self.csrf_token = get_token(self._view().request())
         # Redis unreachable: this raises (as does the consumer's own channel receive), daphne
         # closes with 1011, htmx reconnects with backoff and the catch-up fills the gap.
         self.group = live.group_name(self.search_id)
@@ -156,20 +185,54 @@ class SearchConsumer(AsyncWebsocketConsumer):
         await self._send(await self._step(_since, since))
 
     async def search_event(self, event: dict[str, Any]) -> None:
-        """A hint from `searches.live`: re-read what it names and push the rendered partial."""
+        """A message from `searches.live` (see there): forward rendered rows, render the rest."""
         if self.closing:  # closed by us; the group is left when the server confirms
             return
+        if not await self._allowed():
+            return
         kind = event.get("kind")
-        if kind == "tokens":
+        if kind == "search":
+            html = event.get("html")
+            if html is None:  # a bare hint: re-read and render here
+                await self._send(await self._step(_status_only))
+            elif event.get("search_id") == self.search_id:
+                text = _status_frame(html, self.csrf_token)
+                if text is not None:
+                    await self.send(text_data=text)
+        elif kind == "rows":
+            if event.get("search_id") == self.search_id:
+                for text in _forward_rows(self.shown, event.get("rows")):
+                    await self.send(text_data=text)
+        elif kind == "tokens":
             text = event.get("text")
             if isinstance(text, str) and text:
                 await self.send(text_data=_tokens(text))
-        elif kind == "trial":
+        elif kind == "trial":  # a bare hint: re-read and render here
             trial_id = event.get("trial_id")
             if isinstance(trial_id, int) and not isinstance(trial_id, bool):
                 await self._send(await self._step(_trial_changed, trial_id, event.get("event")))
-        elif kind == "search":
-            await self._send(await self._step(_status_only))
+
+    # -- access -------------------------------------------------------------------------------
+
+    def _trust_access(self) -> None:
+        self.access_until = time.monotonic() + ACCESS_RECHECK_S * random.uniform(0.5, 1.0)
+
+    async def _allowed(self) -> bool:
+        """Whether this user may still watch; re-checked from the database once the last check
+        is older than ACCESS_RECHECK_S (closes the socket when not)."""
+        if time.monotonic() < self.access_until:
+            return True
+        session = self.scope.get("session")
+        key = getattr(session, "session_key", None)
+        user, code = await database_sync_to_async(_recheck)(key, self.search_id)
+        if code is not None:
+            await self._close(code)
+            return False
+        self.scope["user"] = user  # fresh roles for the partials rendered here
+        # Also renews the group entry, which channels-redis expires after group_expiry.
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        self._trust_access()
+        return True
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -202,9 +265,23 @@ class SearchConsumer(AsyncWebsocketConsumer):
 
 
 _CLOSE_REASONS = {
+    CLOSE_UNAUTHENTICATED: "log in to watch this search",
     CLOSE_FORBIDDEN: "not allowed to see searches",
     CLOSE_NOT_FOUND: "no such search",
 }
+
+
+def _recheck(session_key: str | None, search_id: int) -> tuple[Any, int | None]:
+    """The session's user read afresh (as a request would: a logged-out session, a changed
+    password or a deactivated user is anonymous), and the close code if it may not watch."""
+    user: Any = AnonymousUser()
+    if session_key:
+        request = HttpRequest()
+        request.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+        user = auth.get_user(request)
+    if not user.is_authenticated:
+        return user, CLOSE_UNAUTHENTICATED
+    return user, _access(user, search_id)
 
 
 def _access(user: Any, search_id: int) -> int | None:
@@ -310,7 +387,7 @@ def _status(view: View, search: Search) -> str:
 
 def _row(view: View, search: Search, trial: Trial, progress: dict | None = None) -> str:
     trial.search = search  # the row may name its search: no query per row
-    return _render(view, ROW_TEMPLATE, {"trial": trial, "progress": progress})
+    return live.render_row(trial, progress)
 
 
 def _upsert(
@@ -332,9 +409,7 @@ def _upsert(
     if inserted:
         inserted.sort(key=lambda t: t.index, reverse=True)
         rows = "\n".join(_row(view, search, t, progress) for t in inserted)
-        frames.texts.append(
-            f'<tbody id="trial-rows" hx-swap-oob="afterbegin:{NEWEST}">{rows}</tbody>'
-        )
+        frames.texts.append(_inserted(rows))
     return frames
 
 
@@ -387,15 +462,44 @@ def _since(view: View, since: datetime) -> Frames:
     return frames
 
 
-def _progress(trial: Trial, event: Any) -> dict[str, Any] | None:
-    """The worker's progress (``verifying shape 3/8``) for the row, if it matches the DB's phase."""
-    if not isinstance(event, dict) or event.get("phase") != trial.status:
+_progress = live.progress
+
+
+def _forward_rows(shown: Shown, rows: Any) -> list[str]:
+    """Frames for rows rendered by `searches.live`, one per row version, in order: a row the
+    page may show (this page's, or an older page's: the browser may have paged there) is
+    replaced in place, a newer trial is inserted at the top of the newest page. No database."""
+    frames: list[str] = []
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, dict):
+            continue
+        trial_id, index, html = row.get("trial_id"), row.get("index"), row.get("html")
+        if not (_an_int(trial_id) and _an_int(index) and isinstance(html, str)):
+            continue
+        if not html.startswith(f'<tr id="trial-{trial_id}" '):
+            continue  # not the row partial of the trial it names
+        if trial_id in shown.ids or index <= shown.floor:
+            frames.append(_oob(html, "tr"))
+        else:
+            shown.ids.add(trial_id)
+            frames.append(_inserted(html))
+    return frames
+
+
+def _status_frame(html: Any, csrf_token: str) -> str | None:
+    """A status section rendered by `searches.live` for no one, with this browser's CSRF token
+    in its forms (a token for the browser's own cookie, as a page would render it)."""
+    if not isinstance(html, str) or not html.startswith('<section id="search-status" '):
         return None
-    shape, of = event.get("shape"), event.get("of")
-    progress: dict[str, Any] = {"phase": trial.status}
-    if isinstance(shape, int) and isinstance(of, int) and 0 <= shape <= of:
-        progress.update(shape=shape, of=of)
-    return progress
+    return _oob(live.CSRF_FIELD.sub(rf"\g<1>{csrf_token}\g<2>", html), "section")
+
+
+def _inserted(rows: str) -> str:
+    return f'<tbody id="trial-rows" hx-swap-oob="afterbegin:{NEWEST}">{rows}</tbody>'
+
+
+def _an_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _tokens(text: str) -> str:

@@ -326,24 +326,71 @@ class Loop:
     # -- progress -----------------------------------------------------------------------------
 
     def forward_events(self) -> None:
-        """Apply workers' progress events to trials and pass them to browsers."""
+        """Apply workers' progress events to trials and pass them to browsers, once per poll.
+
+        The events since the last poll are coalesced (`coalesce`): of a trial's run of events in
+        one phase only the newest counts, every change of phase is kept. They are applied in one
+        transaction and reach the search's group as one message, rendered once for every viewer.
+        """
         last = self.conn.get(self.cursor_key)
         last = last.decode() if last else "0-0"
         entries = self.conn.xrange(events_key(self.search_id), min=f"({last}", count=500)
+        events = []
         for entry_id, fields in entries:
+            last = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             try:
                 event = json.loads(fields[b"data"])
                 trial_id = int(event.get("trial"))
-                phase = event.get("phase")
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, AttributeError):
                 continue
-            if phase in Trial.PHASES:
-                trial = Trial.objects.filter(pk=trial_id, search_id=self.search_id).first()
-                if trial is not None and not trial.terminal:
-                    trial = services.mark_trial_phase(trial=trial, phase=phase)
-                    live.trial_changed(trial, event=event)
-            last = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            if event.get("phase") in Trial.PHASES:
+                events.append({**event, "trial": trial_id})
+        if events:
+            self.apply_events(coalesce(events))
         self.conn.set(self.cursor_key, last, ex=7 * 86400)
+
+    def apply_events(self, events: list[dict[str, Any]]) -> None:
+        changes: list[tuple[Trial, dict[str, Any]]] = []
+        with transaction.atomic():
+            ids = {e["trial"] for e in events}
+            trials = {
+                t.pk: t
+                for t in Trial.objects.filter(pk__in=ids, search_id=self.search_id).only(
+                    "id", "status"
+                )
+            }
+            for event in events:
+                trial = trials.get(event["trial"])
+                if trial is None or trial.terminal:
+                    continue
+                before = trial.status
+                trial = services.mark_trial_phase(trial=trial, phase=event["phase"])
+                trials[trial.pk] = trial
+                # A late event for a phase the trial has left shows nothing new: not pushed.
+                if trial.status != before or live.progress(trial, event) is not None:
+                    changes.append((trial, event))
+            live.trials_changed(self.search_id, changes)  # sent once this commits
+
+
+def coalesce(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events a browser must see, in order: per trial, a run of progress events in one
+    phase becomes its newest one (only the latest `shape i/n` matters), and every change of
+    phase starts a new run, so no status transition is merged away. An event without a progress
+    phase (anything else a stream may carry) is never merged and ends its trial's run."""
+    kept: list[dict[str, Any]] = []
+    run: dict[Any, int] = {}  # trial -> position in `kept` of its current run
+    for event in events:
+        trial, phase = event.get("trial"), event.get("phase")
+        at = run.get(trial)
+        if phase not in Trial.PHASES:
+            run.pop(trial, None)
+            kept.append(event)
+        elif at is not None and kept[at].get("phase") == phase:
+            kept[at] = event
+        else:
+            run[trial] = len(kept)
+            kept.append(event)
+    return kept
 
 
 SLICE_S = 5.0

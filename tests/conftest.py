@@ -31,3 +31,15 @@ def test_redis_url(db: int) -> str:
 
 
 test_redis_url.__test__ = False  # a helper, not a test
+
+
+def channel_layers(configured: dict, url: str, prefix: str) -> dict:
+    """The project's channel layer, with its options (capacity, socket timeout...), on the test
+    Redis at `url` under `prefix`."""
+    default = configured["default"]
+    config = default["CONFIG"]
+    host = {**config["hosts"][0], "address": url}
+    return {"default": {**default, "CONFIG": {**config, "hosts": [host], "prefix": prefix}}}
+
+
+channel_layers.__test__ = False

@@ -18,7 +18,7 @@ from django.db import connections
 from django.test import Client
 
 from searches import live, services
-from tests.conftest import test_redis_url
+from tests.conftest import channel_layers, test_redis_url
 from tests.web.domain import idea_kwargs, propose
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -71,12 +71,7 @@ def server(transactional_db, settings):
         pytest.skip("needs Debian's chromium")
     pytest.importorskip("playwright.sync_api")
     settings.ALLOWED_HOSTS = ["localhost"]
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": PREFIX},
-        }
-    }
+    settings.CHANNEL_LAYERS = channel_layers(settings.CHANNEL_LAYERS, REDIS_URL, PREFIX)
     connections.close_all()
     process = DaphneProcess(
         "localhost",

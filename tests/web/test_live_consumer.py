@@ -22,7 +22,7 @@ from autoweb.asgi import application
 from searches import consumers, live, services
 from searches.consumers import NEWEST
 from searches.models import Search, Trial
-from tests.conftest import test_redis_url
+from tests.conftest import channel_layers, test_redis_url
 from tests.web.domain import idea_kwargs, propose
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
@@ -42,12 +42,7 @@ def anyio_backend():
 @pytest.fixture(autouse=True)
 def channel_layer(settings):
     settings.ALLOWED_HOSTS = ["localhost", "testserver"]
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": PREFIX},
-        }
-    }
+    settings.CHANNEL_LAYERS = channel_layers(settings.CHANNEL_LAYERS, REDIS_URL, PREFIX)
     conn = redis.Redis.from_url(REDIS_URL)
     for key in conn.scan_iter(f"{PREFIX}*"):
         conn.delete(key)

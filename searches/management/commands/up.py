@@ -88,7 +88,7 @@ class Command(BaseCommand):
         if not os.environ.get("REDIS_URL"):
             env["REDIS_URL"] = self._embedded_redis()
         settings.REDIS_URL = env["REDIS_URL"]
-        settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [env["REDIS_URL"]]
+        settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = env["REDIS_URL"]
         call_command("migrate", interactive=False, verbosity=0)
         password = self._demo_user()
         py = sys.executable
