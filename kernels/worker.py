@@ -310,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     ).start()
     _pool = Pool(_device, size=args.warm)
     print(f"worker {_name}: {info['name']} ({kind}) on queue {queue_name(kind)}", flush=True)
+
     def make_worker(attempt: int) -> SimpleWorker:
         return SimpleWorker(
             [rq_queue(queue_name(kind), conn)],
