@@ -235,6 +235,11 @@ def main() -> int:
         "search, page 50": reverse("searches:search", args=[big.pk]) + "?page=50",
         f"search ({n_small:,} trials)": reverse("searches:search", args=[small.pk]),
         "trial": reverse("searches:trial", args=[big.pk, world["trial_index"]]),
+        # The pages that read the releases besides the releases page (best release per kind
+        # and problem in the speedup charts); the dashboard fetches its charts separately.
+        "dashboard charts": reverse("searches:dashboard_charts"),
+        "GPU page": reverse("searches:gpus"),
+        "problem page": reverse("searches:problem", args=["softmax"]),
     }
     results = {name: measure(client, url, args.n) for name, url in pages.items()}
     from django.apps import apps
@@ -242,7 +247,14 @@ def main() -> int:
     if apps.is_installed("library") and not world["releases"].startswith("release seeding"):
         rclient = Client()
         rclient.force_login(world["reviewer"])
-        lib = {"review queue": reverse("library:queue"), "releases": reverse("library:releases")}
+        releases = reverse("library:releases")
+        lib = {
+            "review queue": reverse("library:queue"),
+            "releases": releases,
+            "releases, page 20": releases + "?page=20",
+            "releases, filtered, page 10": releases
+            + "?problem=softmax&kind=h200&state=active&page=10",
+        }
         if world["review_trial"]:
             lib["review"] = reverse("library:review", args=[world["review_trial"]])
         results.update({name: measure(rclient, url, args.n) for name, url in lib.items()})
