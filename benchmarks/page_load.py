@@ -189,13 +189,15 @@ def _releases(n: int, search, reviewer) -> tuple[str, int | None]:
 
 
 def measure(client, url: str, n: int, warm: int = 3) -> dict:
+    # Over https, as behind the TLS proxy of a deployment: with DEBUG off the settings redirect
+    # plain http (SECURE_SSL_REDIRECT), and a redirect is not the page.
     for _ in range(warm):
-        r = client.get(url)
+        r = client.get(url, secure=True)
         assert r.status_code == 200, (url, r.status_code)
     times = []
     for _ in range(n):
         t = time.perf_counter()
-        r = client.get(url)
+        r = client.get(url, secure=True)
         times.append((time.perf_counter() - t) * 1000)
         assert r.status_code == 200, (url, r.status_code)
     times.sort()
@@ -233,6 +235,11 @@ def main() -> int:
         "search, page 50": reverse("searches:search", args=[big.pk]) + "?page=50",
         f"search ({n_small:,} trials)": reverse("searches:search", args=[small.pk]),
         "trial": reverse("searches:trial", args=[big.pk, world["trial_index"]]),
+        # The pages that read the releases besides the releases page (best release per kind
+        # and problem in the speedup charts); the dashboard fetches its charts separately.
+        "dashboard charts": reverse("searches:dashboard_charts"),
+        "GPU page": reverse("searches:gpus"),
+        "problem page": reverse("searches:problem", args=["softmax"]),
     }
     results = {name: measure(client, url, args.n) for name, url in pages.items()}
     from django.apps import apps
@@ -240,7 +247,14 @@ def main() -> int:
     if apps.is_installed("library") and not world["releases"].startswith("release seeding"):
         rclient = Client()
         rclient.force_login(world["reviewer"])
-        lib = {"review queue": reverse("library:queue"), "releases": reverse("library:releases")}
+        releases = reverse("library:releases")
+        lib = {
+            "review queue": reverse("library:queue"),
+            "releases": releases,
+            "releases, page 20": releases + "?page=20",
+            "releases, filtered, page 10": releases
+            + "?problem=softmax&kind=h200&state=active&page=10",
+        }
         if world["review_trial"]:
             lib["review"] = reverse("library:review", args=[world["review_trial"]])
         results.update({name: measure(rclient, url, args.n) for name, url in lib.items()})

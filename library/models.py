@@ -121,6 +121,17 @@ class Release(models.Model):
 
     class Meta:
         ordering = ["problem", "kind", "-created_at"]
+        indexes = [
+            # The releases page's order: a page, however deep, is read off the index, not by
+            # walking and sorting rows (each carries its source and per-shape measurements).
+            models.Index(
+                fields=["problem", "kind", "-created_at", "-id"], name="release_page_order"
+            ),
+            # Counts and the best active speedup per (problem, kind) from the index alone.
+            models.Index(
+                fields=["problem", "kind", "revoked_at", "speedup_eager"], name="release_best"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"release {self.pk}: {self.problem} on {self.kind}"

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, Max, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
 from library.models import Release, Review
 from searches.models import Search, Trial
+from searches.selectors import Page, page_number
 
 SORTS = {
     "speedup": lambda t: -(t.speedup_eager or 0.0),
@@ -194,35 +195,141 @@ def review_notes_text(search: Search) -> str:
     return "\n".join(lines)
 
 
+# -- releases ---------------------------------------------------------------------------------
+
+RELEASES_PER_PAGE = 50
+RELEASE_STATES = ("active", "revoked")
+RELEASE_FILTERS = ("problem", "kind", "state")
+# Problem, GPU kind, newest first: a group's rows stay together across pages; the id breaks
+# ties so that no row moves between pages from one request to the next.
+RELEASE_ORDER = ("problem", "kind", "-created_at", "-id")
+# What a row of the releases page shows. The source, the per-shape measurements and the whole
+# trial (its report alone is ~20 KB of JSON) stay in the database.
+_RELEASE_FIELDS = (
+    "problem",
+    "kind",
+    "dtype",
+    "shape_range",
+    "speedup_eager",
+    "speedup_compiled",
+    "created_at",
+    "revoked_at",
+    "revoke_reason",
+    "trial__index",
+    "trial__search_id",
+)
+_RELEASE_ROW_FIELDS = (*_RELEASE_FIELDS, "approver__username", "revoked_by__username")
+
+
+def release_filters(query: Any) -> dict[str, str]:
+    """The releases page's filters from a querystring: problem, kind, state ('active',
+    'revoked' or '' for both; anything else is ''). Blank filters are ''."""
+    filters = {name: str(query.get(name) or "").strip() for name in RELEASE_FILTERS}
+    if filters["state"] not in RELEASE_STATES:
+        filters["state"] = ""
+    return filters
+
+
 def releases(
-    *, problem: str | None = None, kind: str | None = None, active_only: bool = False
+    *, problem: str | None = None, kind: str | None = None, state: str | None = None
 ) -> QuerySet[Release]:
-    rows = Release.objects.select_related("approver", "revoked_by", "trial__search")
+    rows = Release.objects.all()
     if problem:
         rows = rows.filter(problem=problem)
     if kind:
         rows = rows.filter(kind=kind)
-    if active_only:
+    if state == "active":
         rows = rows.filter(revoked_at__isnull=True)
+    elif state == "revoked":
+        rows = rows.filter(revoked_at__isnull=False)
     return rows
 
 
-def release_groups(rows: QuerySet[Release]) -> list[dict[str, Any]]:
-    """Releases grouped per (problem, kind), in order."""
+@dataclass(kw_only=True)
+class ReleasePage(Page):
+    groups: list[dict[str, Any]]
+
+
+def releases_page(
+    *,
+    problem: str | None = None,
+    kind: str | None = None,
+    state: str | None = None,
+    page: Any = 1,
+    per_page: int = RELEASES_PER_PAGE,
+) -> ReleasePage:
+    """One page of releases grouped per (problem, kind), in three queries whatever their number.
+    A page number that is not one, or past the end, gives the first or the last page."""
+    rows = releases(problem=problem, kind=kind, state=state)
+    total = rows.count()
+    number = page_number(page, total, per_page)
+    start = (number - 1) * per_page
+    # The page's ids first: the offset then walks the release_page_order index, not joined rows.
+    ids = list(rows.order_by(*RELEASE_ORDER).values_list("pk", flat=True)[start : start + per_page])
+    shown = (
+        Release.objects.filter(pk__in=ids)
+        .select_related("trial", "approver", "revoked_by")
+        .only(*_RELEASE_ROW_FIELDS)
+        .order_by(*RELEASE_ORDER)
+    )
     groups: dict[tuple[str, str], list[Release]] = {}
-    for rel in rows:
+    for rel in shown:
         groups.setdefault((rel.problem, rel.kind), []).append(rel)
-    return [{"problem": p, "kind": k, "releases": v} for (p, k), v in sorted(groups.items())]
+    return ReleasePage(
+        groups=[{"problem": p, "kind": k, "releases": v} for (p, k), v in groups.items()],
+        page=number,
+        per_page=per_page,
+        total=total,
+    )
+
+
+def release_kinds() -> list[str]:
+    return list(Release.objects.order_by("kind").values_list("kind", flat=True).distinct())
+
+
+def _best_active(rows: QuerySet[Release]) -> dict[tuple[str, str], Release]:
+    """The best active release per (problem, kind) among `rows`, in two queries: the highest
+    speedup vs eager, the newest among equals (and among releases with no speedup, when none
+    of its group has one)."""
+    active = rows.filter(revoked_at__isnull=True)
+    best = active.values("problem", "kind").annotate(top=Max("speedup_eager")).order_by()
+    match = Q(pk__in=[])
+    for group in best:
+        speed = (
+            Q(speedup_eager=group["top"])
+            if group["top"] is not None
+            else Q(speedup_eager__isnull=True)
+        )
+        match |= Q(problem=group["problem"], kind=group["kind"]) & speed
+    found: dict[tuple[str, str], Release] = {}
+    for rel in (
+        active.filter(match)
+        .select_related("trial")
+        .only(*_RELEASE_FIELDS)
+        .order_by("-created_at", "-id")
+    ):
+        found.setdefault((rel.problem, rel.kind), rel)
+    return found
+
+
+def release_summary(*, problem: str | None = None, kind: str | None = None) -> list[dict[str, Any]]:
+    """Per (problem, kind) over every release that matches the filters, not only one page's:
+    how many there are, how many are active, and the best active one (None when none is)."""
+    rows = releases(problem=problem, kind=kind)
+    counts = (
+        rows.values("problem", "kind")
+        .annotate(total=Count("id"), active=Count("id", filter=Q(revoked_at__isnull=True)))
+        .order_by("problem", "kind")
+    )
+    best = _best_active(rows)
+    return [{**row, "best": best.get((row["problem"], row["kind"]))} for row in counts]
 
 
 def released_speedups() -> list[dict[str, Any]]:
     """The best active release per (GPU kind, problem), for the charts (issue 6's contract:
     rows {"kind", "problem", "speedup_eager", "speedup_compiled", "label", "url"})."""
-    best: dict[tuple[str, str], Release] = {}
-    for rel in Release.objects.filter(revoked_at__isnull=True).select_related("trial"):
-        key = (rel.kind, rel.problem)
-        if key not in best or (rel.speedup_eager or 0.0) > (best[key].speedup_eager or 0.0):
-            best[key] = rel
+    best = _best_active(Release.objects.all())
+    by_kind = sorted(best, key=lambda key: (key[1], key[0]))
     return [
         {
             "kind": rel.kind,
@@ -233,5 +340,5 @@ def released_speedups() -> list[dict[str, Any]]:
             f"(trial {rel.trial.index} of search #{rel.trial.search_id})",
             "url": reverse("library:review", args=[rel.trial_id]),
         }
-        for _, rel in sorted(best.items())
+        for rel in (best[key] for key in by_kind)
     ]

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from kernels import problems as registry
@@ -153,20 +155,35 @@ def decide(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("library:review", pk=trial.pk)
 
 
+def _releases_query(query: Any) -> str:
+    """The releases page's filters and page number as a querystring (blank ones left out): what
+    the pager links and the revoke forms carry, so that the user stays where they were."""
+    page = str(query.get("page") or "")
+    kept = {
+        **selectors.release_filters(query),
+        "page": page if page.isascii() and page.isdigit() else "",
+    }
+    return urlencode({name: value for name, value in kept.items() if value})
+
+
 @require_GET
 def releases(request: HttpRequest) -> HttpResponse:
     _require_engineer(request)
-    rows = selectors.releases(
-        problem=request.GET.get("problem") or None, kind=request.GET.get("kind") or None
-    )
+    filters = selectors.release_filters(request.GET)
+    page = selectors.releases_page(**filters, page=request.GET.get("page"))
     return render(
         request,
         "library/releases.html",
         {
-            "groups": selectors.release_groups(rows),
+            "page": page,
+            "filters": filters,
+            "query": urlencode({name: value for name, value in filters.items() if value}),
+            "here": _releases_query({**filters, "page": page.page}),
+            "summary": selectors.release_summary(problem=filters["problem"], kind=filters["kind"]),
             "reviewer": roles.is_reviewer(request.user),
             "problems": registry.names(),
-            "kinds": sorted(set(Release.objects.values_list("kind", flat=True))),
+            "kinds": selectors.release_kinds(),
+            "states": selectors.RELEASE_STATES,
         },
     )
 
@@ -176,6 +193,7 @@ def revoke(request: HttpRequest, pk: int) -> HttpResponse:
     if not roles.is_reviewer(request.user):
         raise PermissionDenied("Only reviewers may revoke releases.")
     release = get_object_or_404(Release, pk=pk)
+    was_active = release.active
     try:
         services.revoke_release(
             release=release, user=request.user, reason=request.POST.get("reason", "")
@@ -183,10 +201,15 @@ def revoke(request: HttpRequest, pk: int) -> HttpResponse:
     except DomainError as exc:
         messages.error(request, " ".join(exc.messages))
     else:
-        messages.success(
-            request, f"Release {release.pk} revoked: no longer dispatched or exported."
-        )
-    return redirect("library:releases")
+        if was_active:
+            messages.success(
+                request, f"Release {release.pk} revoked: no longer dispatched or exported."
+            )
+        else:  # a second submit of the same form: the service changed nothing
+            messages.info(request, f"Release {release.pk} was already revoked.")
+    # Back to the page and filters the form was on (rebuilt from known fields, never a URL).
+    query = _releases_query(QueryDict(request.POST.get("return_query", "")))
+    return redirect(reverse("library:releases") + (f"?{query}" if query else ""))
 
 
 @require_GET

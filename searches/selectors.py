@@ -93,8 +93,19 @@ def recent_wins(limit: int = 10) -> list[Trial]:
     )
 
 
+def page_number(page: Any, total: int, per_page: int) -> int:
+    """The page to show for a requested `page`: garbage or below 1 gives the first page, past
+    the end the last one (as Django's `Paginator.get_page`), so a stale or hand-edited link still
+    lands on a real page instead of an error."""
+    try:
+        number = max(int(page), 1)
+    except (TypeError, ValueError, OverflowError):
+        number = 1
+    return min(number, max(1, math.ceil(total / per_page)))
+
+
 @dataclass(kw_only=True)
-class _Page:
+class Page:
     page: int
     per_page: int
     total: int
@@ -113,7 +124,7 @@ class _Page:
 
 
 @dataclass(kw_only=True)
-class TrialPage(_Page):
+class TrialPage(Page):
     trials: list[Trial]
 
 
@@ -124,13 +135,9 @@ def trials_page(search: Search, page: Any = 1, per_page: int = 50) -> TrialPage:
     load it row by row; the trial page loads the full row.
     """
     per_page = min(max(int(per_page), 1), MAX_PER_PAGE)
-    try:
-        page = max(int(page), 1)
-    except (TypeError, ValueError):
-        page = 1
     trials = Trial.objects.filter(search=search)
     total = trials.count()
-    page = min(page, max(1, math.ceil(total / per_page)))
+    page = page_number(page, total, per_page)
     start = (page - 1) * per_page
     rows = list(trials.defer(*_HEAVY_TRIAL_FIELDS).order_by("-index")[start : start + per_page])
     return TrialPage(trials=rows, page=page, per_page=per_page, total=total)
@@ -242,18 +249,14 @@ def idea_for_user(user: Any, idea_id: Any) -> Idea:
 
 
 @dataclass(kw_only=True)
-class IdeaPage(_Page):
+class IdeaPage(Page):
     ideas: list[Idea]
 
 
 def ideas_page(page: Any = 1, per_page: int = 50) -> IdeaPage:
     """One page of ideas, newest first, each with its number of searches."""
-    try:
-        page = max(int(page), 1)
-    except (TypeError, ValueError):
-        page = 1
     total = Idea.objects.count()
-    page = min(page, max(1, math.ceil(total / per_page)))
+    page = page_number(page, total, per_page)
     start = (page - 1) * per_page
     rows = list(
         Idea.objects.select_related("author")

@@ -101,3 +101,67 @@ def candidate(
         prompt=prompt,
     )
     return services.record_result(trial=trial, report=report(**report_kw), gpu_seconds=1.0)
+
+
+def bulk_releases(
+    search: Search,
+    approver: Any,
+    n: int,
+    *,
+    problem: str = "softmax",
+    kind: str = "h200",
+    speedup: Any = lambda i: 1.0 + i / 100,
+) -> list[Any]:
+    """`n` releases of `problem` on `kind` in a few bulk inserts, the newest last (release i is
+    i seconds after the first), each from its own approved trial with a ~20 KB report and
+    per-shape rows as big: what a list must not load."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from library.models import Release, Revalidation, Review
+
+    base = search.trials.count()
+    now = timezone.now()
+    heavy = report()
+    heavy["padding"] = "r" * 20_000
+    shapes = [{"label": f"shape {j}", "padding": "s" * 200} for j in range(100)]
+    trials = Trial.objects.bulk_create(
+        Trial(
+            search=search,
+            index=base + i,
+            source=SOFTMAX_SEED + f"\n# release {base + i}\n",
+            source_sha256=f"{search.pk:08x}{base + i:056x}",
+            proposer="tuner",
+            status=Trial.Status.KEPT,
+            report=heavy,
+            device_kind=kind,
+            speedup_eager=speedup(i),
+            finished_at=now,
+        )
+        for i in range(1, n + 1)
+    )
+    reviews = Review.objects.bulk_create(
+        Review(trial=t, action=Review.Action.APPROVE, reviewer=approver, text="ok") for t in trials
+    )
+    revals = Revalidation.objects.bulk_create(
+        Revalidation(review=r, kind=kind, status=Revalidation.Status.PASSED) for r in reviews
+    )
+    return Release.objects.bulk_create(
+        Release(
+            problem=problem,
+            kind=kind,
+            dtype="bfloat16",
+            shape_range={"M": [1, 4096], "N": [1, 65536]},
+            source=t.source,
+            source_sha256=t.source_sha256,
+            trial=t,
+            revalidation=rv,
+            speedup_eager=t.speedup_eager,
+            speedup_compiled=None,
+            shapes=shapes,
+            approver=approver,
+            created_at=now + timedelta(seconds=i),
+        )
+        for i, (t, rv) in enumerate(zip(trials, revals, strict=True), start=1)
+    )

@@ -1,0 +1,71 @@
+"""The releases page in a browser against the whole stack: a reviewer filters, pages forward,
+revokes a release on page 2 and lands back on page 2 of the same filter."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.web.test_browser_e2e import CHROMIUM, ROOT, app  # noqa: F401 - the stack fixture
+
+SEED = """
+from django.contrib.auth import get_user_model
+from searches import services
+from tests.library.helpers import bulk_releases
+demo = get_user_model().objects.get(username="demo")
+idea = services.create_idea(
+    author=demo, title="Many releases", description="", problem="softmax",
+    target_kinds=["h100"], proposer="tuner", sketch_source="", prohibitions="",
+    max_trials=200, max_gpu_minutes=5, max_wall_minutes=5, max_tokens=None,
+)
+search = services.begin_search(search=services.start_search(idea=idea, user=demo, seed=1))
+bulk_releases(search, demo, 70, kind="h100")
+bulk_releases(search, demo, 5, kind="b200")
+"""
+
+
+@pytest.mark.slow
+def test_a_reviewer_revokes_on_page_2_and_stays_there(app, tmp_path):  # noqa: F811
+    from playwright.sync_api import expect, sync_playwright
+
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'app.sqlite3'}"
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", SEED],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(f"{app}/accounts/login/")
+        page.fill("input[name=username]", "demo")
+        page.fill("input[name=password]", "browser-pw")
+        page.click("button[type=submit], input[type=submit]")
+        page.goto(f"{app}/releases/")
+        page.select_option("#release-filters select[name=kind]", "h100")
+        page.click("#release-filters button[type=submit]")
+        page.wait_for_url(re.compile(r"/releases/\?.*kind=h100"))
+        expect(page.locator(".pager")).to_contain_text("page 1 of 2 · 70 in all")
+        page.click(".pager a[rel=next]")
+        page.wait_for_url(re.compile(r"kind=h100.*page=2"))
+        rows = page.locator("tr.release-row")
+        expect(rows).to_have_count(20)
+        first = rows.first.get_attribute("data-release")
+        rows.first.locator("input[name=reason]").fill("slower than claimed on small N")
+        rows.first.locator("button[type=submit]").click()
+        page.wait_for_url(re.compile(r"kind=h100.*page=2"))
+        expect(page.locator(".messages")).to_contain_text(f"Release {first} revoked")
+        expect(page.locator(f'tr[data-release="{first}"]')).to_contain_text("revoked")
+        expect(page.locator(".pager")).to_contain_text("page 2 of 2")
+        expect(page.locator("#summary-softmax-h100")).to_contain_text("69")
+        browser.close()
