@@ -39,12 +39,13 @@ def _plant(conn, queue: str, func: str, marker: str) -> str:
     return job.id
 
 
-def _run_to_exit(proc, timeout: float = 120) -> str:
+def _run_to_exit(stack: dict, proc, timeout: float = 120) -> str:
+    """Wait for a burst to end; returns what the stack's processes logged."""
     deadline = time.monotonic() + timeout
     while proc.poll() is None:
         assert time.monotonic() < deadline, "the process did not finish its burst"
         time.sleep(0.2)
-    return proc.stdout.read().decode(errors="replace")
+    return stack["procs"].log_tails(20000)
 
 
 @pytest.mark.parametrize("who", ["orchestrator", "gpu worker"], ids=["orchestrator", "gpu-worker"])
@@ -58,7 +59,7 @@ def test_a_pickled_job_planted_in_redis_is_never_unpickled(env, tmp_path, who): 
         proc = env["start"](
             "-m", "kernels.worker", "--device", "interpret", "--name", "t:json", "--burst"
         )
-    out = _run_to_exit(proc)
+    out = _run_to_exit(env, proc)
     assert not marker.exists(), f"the planted pickle ran code in the {who}:\n{out[-2000:]}"
 
 
@@ -89,7 +90,7 @@ def test_a_json_job_naming_any_other_function_or_a_callback_is_refused(env, tmp_
         proc = env["start"](
             "-m", "kernels.worker", "--device", "interpret", "--name", "t:json", "--burst"
         )
-    out = _run_to_exit(proc)
+    out = _run_to_exit(env, proc)
     assert not marker.exists(), out[-2000:]
     assert proc.returncode == 0, out[-2000:]
     job = fetch_job("evil-func", env["redis"])
