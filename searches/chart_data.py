@@ -12,8 +12,9 @@ from datetime import timedelta
 from typing import Any
 
 from django.apps import apps
-from django.db.models import Count, Max, Min
-from django.db.models.functions import Substr, TruncDay, TruncHour
+from django.db import NotSupportedError
+from django.db.models import CharField, Count, F, Func, Max, Min, Window
+from django.db.models.functions import RowNumber, Substr
 from django.urls import reverse
 
 from searches.models import Search, Trial, Worker
@@ -21,7 +22,9 @@ from searches.models import Search, Trial, Worker
 INTERPRET = "interpret"
 ACCEPTED = (Trial.Status.KEPT, Trial.Status.REVERTED)
 LABEL_CHARS = 80
-MAX_ROOFLINE_ROWS = 2000
+# The roofline draws the fastest candidates of each problem: all of a problem's candidates sit
+# at one intensity, so the fastest show how close to the roof it got; the rest are counted.
+ROOFLINE_PER_PROBLEM = 100
 HEATMAP_KERNELS = 8
 CROSS_GPU_KERNELS = 20
 REPORTS_SCANNED = 20
@@ -62,18 +65,23 @@ def _positive(value: Any) -> float | None:
 
 def gpu_kinds() -> list[str]:
     """Every GPU kind a worker registered as or a trial ran on (the CPU interpreter last)."""
-    kinds = set(Worker.objects.values_list("kind", flat=True).distinct())
+    # order_by(): the model's default ordering would make DISTINCT run over (kind, search,
+    # index), one row per trial.
+    kinds = set(Worker.objects.order_by().values_list("kind", flat=True).distinct())
     kinds |= set(
-        Trial.objects.exclude(device_kind="").values_list("device_kind", flat=True).distinct()
+        Trial.objects.exclude(device_kind="")
+        .order_by()
+        .values_list("device_kind", flat=True)
+        .distinct()
     )
     kinds |= {r["kind"] for r in releases()}
     kinds.discard("")
     return sorted(kinds, key=lambda k: (k == INTERPRET, k))
 
 
-def ceilings_by_kind() -> dict[str, dict[str, Any]]:
+def ceilings_by_kind(kinds: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Measured ceilings per kind: the most recently seen worker that has them, else the device
-    block of the newest report that carries them."""
+    block of the newest report that carries them. `kinds`: `gpu_kinds()` if the caller has it."""
     found: dict[str, dict[str, Any]] = {}
     for kind, ceilings in (
         Worker.objects.exclude(ceilings=None)
@@ -82,18 +90,20 @@ def ceilings_by_kind() -> dict[str, dict[str, Any]]:
     ):
         if isinstance(ceilings, dict) and kind not in found:
             found[kind] = ceilings
-    for kind in set(gpu_kinds()) - set(found) - {INTERPRET}:
-        trial = (
+    for kind in set(kinds if kinds is not None else gpu_kinds()) - set(found) - {INTERPRET}:
+        # Ids first, newest first, then only one device block at a time: sorting rows that
+        # carry whole reports (22 KB each) cost more than the rest of the page.
+        newest = (
             Trial.objects.filter(device_kind=kind, status__in=ACCEPTED)
-            .exclude(report=None)
             .order_by("-finished_at", "-id")
-            .only("report")
-            .first()
+            .values_list("id", flat=True)[:REPORTS_SCANNED]
         )
-        device = (trial.report or {}).get("device") if trial else None
-        ceilings = device.get("ceilings") if isinstance(device, dict) else None
-        if isinstance(ceilings, dict):
-            found[kind] = ceilings
+        for pk in list(newest):
+            device = Trial.objects.filter(pk=pk).values_list("report__device", flat=True).first()
+            ceilings = device.get("ceilings") if isinstance(device, dict) else None
+            if isinstance(ceilings, dict):
+                found[kind] = ceilings
+                break
     return found
 
 
@@ -260,18 +270,43 @@ def outcome_counts_over_time(
     if span["first"] is None:
         return [], "hour"
     hourly = span["last"] - span["first"] <= timedelta(days=2)
-    trunc, bucket = (TruncHour, "hour") if hourly else (TruncDay, "day")
     rows = (
-        trials.annotate(bucket=trunc("finished_at"))
+        trials.annotate(bucket=UTCBucket("finished_at", hourly=hourly))
         .values("bucket", "status", "failure")
         .annotate(n=Count("id"))
         .order_by()
     )
     totals: dict[tuple[str, str], int] = defaultdict(int)
-    fmt = "%Y-%m-%d %H:00" if hourly else "%Y-%m-%d"
     for r in rows:
-        totals[(r["bucket"].strftime(fmt), _outcome(r["status"], r["failure"]))] += r["n"]
-    return [{"group": g, "outcome": o, "count": n} for (g, o), n in sorted(totals.items())], bucket
+        totals[(r["bucket"], _outcome(r["status"], r["failure"]))] += r["n"]
+    rows = [{"group": g, "outcome": o, "count": n} for (g, o), n in sorted(totals.items())]
+    return rows, "hour" if hourly else "day"
+
+
+class UTCBucket(Func):
+    """The UTC hour ("2026-12-02 13:00") or day ("2026-12-02") of a timestamp, as text, computed
+    by the database: Django's TruncHour on SQLite calls back into Python once per row, which
+    was most of the dashboard charts' time with 10,000 trials."""
+
+    output_field = CharField()
+
+    def __init__(self, expression: Any, *, hourly: bool) -> None:
+        super().__init__(expression)
+        self.hourly = hourly
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # Django stores aware datetimes in SQLite as UTC text, "YYYY-MM-DD HH:MM:SS[.ffffff]".
+        sql, params = compiler.compile(self.source_expressions[0])
+        fmt = "%Y-%m-%d %H:00" if self.hourly else "%Y-%m-%d"
+        return f"strftime(%s, {sql})", (fmt, *params)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        sql, params = compiler.compile(self.source_expressions[0])
+        fmt = "YYYY-MM-DD HH24:00" if self.hourly else "YYYY-MM-DD"
+        return f"to_char(({sql}) AT TIME ZONE 'UTC', %s)", (*params, fmt)
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        raise NotSupportedError(f"time buckets on {connection.vendor}")
 
 
 # -- roofline ----------------------------------------------------------------------------------
@@ -301,40 +336,51 @@ def problem_work(report: dict[str, Any] | None) -> dict[str, float] | None:
     return {"flops": f, "bytes": b}
 
 
-def roofline_points(kind: str, *, limit: int = MAX_ROOFLINE_ROWS) -> list[dict[str, Any]]:
+def roofline_points(
+    kind: str, *, per_problem: int = ROOFLINE_PER_PROBLEM
+) -> tuple[list[dict[str, Any]], int]:
     """Accepted, timed trials on `kind`, placed by the geometric-mean shape of their problem:
     intensity = geomean FLOPs / geomean bytes; achieved TFLOP/s = geomean FLOPs / geomean ms
     (the harness's geomean_ms is over the same shapes). One report per problem is read.
 
-    At most `limit` trials, kept ones first (deterministic: newest of the rest first)."""
+    The `per_problem` fastest trials of each problem (lowest geomean_ms, then oldest first),
+    ranked by the database. Returns (points in trial order, how many candidates were left out).
+    """
     base = Trial.objects.filter(device_kind=kind, status__in=ACCEPTED).exclude(geomean_ms=None)
-    fields = ("id", "search_id", "index", "status", "geomean_ms", "search__idea__problem", "short")
-    annotated = base.annotate(short=Substr("rationale", 1, LABEL_CHARS))
-    kept = list(annotated.filter(status=Trial.Status.KEPT).order_by("-id").values(*fields)[:limit])
-    rest = list(
-        annotated.filter(status=Trial.Status.REVERTED)
-        .order_by("-id")
-        .values(*fields)[: max(0, limit - len(kept))]
+    rank = Window(
+        RowNumber(),
+        partition_by=[F("search__idea__problem")],
+        order_by=[F("geomean_ms").asc(), F("id").asc()],
     )
-    rows = sorted(kept + rest, key=lambda r: r["id"])
+    fastest = base.annotate(rank=rank).filter(rank__lte=per_problem).values_list("id", flat=True)
+    rows = list(
+        Trial.objects.filter(pk__in=list(fastest))
+        .order_by("id")
+        .annotate(short=Substr("rationale", 1, LABEL_CHARS))
+        .values("search_id", "index", "status", "geomean_ms", "search__idea__problem", "short")
+    )
+    left_out = base.count() - len(rows)
     work: dict[str, dict[str, float] | None] = {}
-    for name in {r["search__idea__problem"] for r in rows}:
+    for name in sorted({r["search__idea__problem"] for r in rows}):
         work[name] = None
-        # The newest report with per-shape numbers (a tuner's quick report may have none).
-        for report in (
-            base.filter(search__idea__problem=name)
-            .exclude(report=None)
+        # The newest report with per-shape numbers (a tuner's quick report may have none),
+        # one at a time and only its shapes: PostgreSQL would otherwise decompress every
+        # candidate's report before sorting them.
+        newest = (
+            base.filter(search__idea__problem=name, report__isnull=False)
             .order_by("-id")
-            .values_list("report", flat=True)[:REPORTS_SCANNED]
-        ):
-            work[name] = problem_work(report)
+            .values_list("id", flat=True)[:REPORTS_SCANNED]
+        )
+        for pk in list(newest):
+            shapes = Trial.objects.filter(pk=pk).values_list("report__shapes", flat=True).first()
+            work[name] = problem_work({"shapes": shapes})
             if work[name] is not None:
                 break
     points = []
     for r in rows:
         w = work.get(r["search__idea__problem"])
         if not w or not r["geomean_ms"]:
-            continue
+            continue  # no report of its problem times each shape: it cannot be placed
         points.append(
             {
                 "problem": r["search__idea__problem"],
@@ -345,7 +391,7 @@ def roofline_points(kind: str, *, limit: int = MAX_ROOFLINE_ROWS) -> list[dict[s
                 "url": trial_url(r["search_id"], r["index"]),
             }
         )
-    return points
+    return points, left_out
 
 
 # -- per-shape heatmaps ------------------------------------------------------------------------
@@ -391,7 +437,7 @@ def heatmap_by_kind(problem: str) -> tuple[list[str], list[dict[str, Any]]]:
     kept = Trial.objects.filter(status=Trial.Status.KEPT, search__idea__problem=problem).exclude(
         device_kind__in=("", INTERPRET)
     )
-    for kind in sorted(set(kept.values_list("device_kind", flat=True))):
+    for kind in sorted(kept.order_by().values_list("device_kind", flat=True).distinct()):
         best = next(iter(_with_shapes(kept.filter(device_kind=kind), 1)), None)
         if best is None:
             continue
@@ -433,7 +479,9 @@ def kinds_with_kept(problem: str) -> list[str]:
             Trial.objects.filter(status=Trial.Status.KEPT, search__idea__problem=problem)
             .exclude(device_kind__in=("", INTERPRET))
             .exclude(speedup_eager=None)
+            .order_by()
             .values_list("device_kind", flat=True)
+            .distinct()
         )
     )
 

@@ -528,12 +528,16 @@ def roofline(
     ceilings: dict[str, Any] | None,
     points: Sequence[dict[str, Any]],
     *,
+    left_out: int = 0,
+    per_problem: int | None = None,
     limit: int = MAX_POINTS,
 ) -> dict[str, Any]:
     """Accepted candidates on the measured roofline of one GPU kind (log-log).
 
     Ceilings: ``{"copy_gbps", "matmul_tflops_bf16"}`` as measured by the workers. Points:
     ``{"problem", "intensity" (FLOP/byte), "tflops" (achieved), "status", "label", "url"}``.
+    `left_out`: candidates the caller did not pass because they were not among the
+    `per_problem` fastest of their problem; the chart says how many.
     """
     title = f"{kind}: roofline"
     bw = _positive((ceilings or {}).get("copy_gbps"))
@@ -598,7 +602,16 @@ def roofline(
                 size=13,
             )
         )
-    if dropped:
+    if left_out:
+        total = len(usable) + left_out
+        annotations.append(
+            _note(
+                f"showing {len(shown):,} of {total:,} candidates: the {per_problem:,} fastest "
+                "of each problem",
+                y=1.06,
+            )
+        )
+    elif dropped:
         annotations.append(_note(_decimation_note(len(shown), dropped, "candidates"), y=1.06))
     layout = _layout(
         title,
@@ -611,7 +624,13 @@ def roofline(
         annotations=annotations,
         height=420,
     )
-    layout["meta"].update({"points": len(usable), "shown": len(shown), "decimated": dropped})
+    layout["meta"].update(
+        {
+            "points": len(usable) + left_out,
+            "shown": len(shown),
+            "decimated": dropped + left_out,
+        }
+    )
     return {"data": traces, "layout": layout}
 
 

@@ -370,6 +370,26 @@ class Trial(models.Model):
             models.Index(fields=["search", "updated_at"], name="trial_search_updated"),
             models.Index(fields=["status", "-finished_at"], name="trial_status_finished"),
             models.Index(fields=["model", "status"], name="trial_model_status"),
+            # The charts' aggregates over every trial read only these columns. In SQLite they
+            # sit after the report (22 KB), so without an index holding them each row read
+            # walks the report's overflow pages. Status first: the aggregates filter on it,
+            # with or without a GPU kind.
+            models.Index(
+                fields=["status", "device_kind", "failure", "finished_at", "proposer", "model"],
+                name="trial_chart_outcomes",
+            ),
+            models.Index(
+                fields=[
+                    "status",
+                    "device_kind",
+                    "geomean_ms",
+                    "speedup_eager",
+                    "speedup_compiled",
+                    "search",
+                    "source_sha256",
+                ],
+                name="trial_chart_timed",
+            ),
         ]
 
     def __str__(self) -> str:

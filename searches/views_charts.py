@@ -100,7 +100,7 @@ def search_charts_for(search: Search) -> list[Chart]:
 
 def gpu_sections() -> list[dict[str, Any]]:
     kinds = chart_data.gpu_kinds()
-    ceilings = chart_data.ceilings_by_kind()
+    ceilings = chart_data.ceilings_by_kind(kinds)
     found = chart_data.best_found_by_kind()
     released = chart_data.releases_by_kind()
     sections = []
@@ -114,12 +114,15 @@ def gpu_sections() -> list[dict[str, Any]]:
                     charts.speedup_by_problem(kind, found.get(kind, []), released.get(kind, [])),
                 )
             )
-            items.append(
-                Chart(
-                    f"roofline-{key}",
-                    charts.roofline(kind, ceilings.get(kind), chart_data.roofline_points(kind)),
-                )
+            points, left_out = chart_data.roofline_points(kind)
+            roofline = charts.roofline(
+                kind,
+                ceilings.get(kind),
+                points,
+                left_out=left_out,
+                per_problem=chart_data.ROOFLINE_PER_PROBLEM,
             )
+            items.append(Chart(f"roofline-{key}", roofline))
         items.extend(failure_charts(f"kind-{key}", kind=kind))
         sections.append(
             {

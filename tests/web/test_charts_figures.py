@@ -201,7 +201,8 @@ def test_budget_burndown_before_any_trial_is_empty(search):
 def test_roofline_places_accepted_trials_under_the_measured_roofs(recorded):
     ceilings = chart_data.ceilings_by_kind()["h200"]
     assert ceilings["copy_gbps"] == h200_trials.proof_b()["ceilings"]["copy_gbps"]
-    points = chart_data.roofline_points("h200")
+    points, left_out = chart_data.roofline_points("h200")
+    assert left_out == 0
     figure = charts.roofline("h200", ceilings, points)
     roof = figure["data"][0]
     assert roof["name"] == "measured roof"
