@@ -3,14 +3,16 @@ revokes a release on page 2 and lands back on page 2 of the same filter."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.web.test_browser_e2e import CHROMIUM, ROOT, app  # noqa: F401 - the stack fixture
+from tests.web.test_browser_e2e import (  # noqa: F401 - app: the stack fixture
+    CHROMIUM,
+    app,
+    log_in_as_demo,
+    seed_app,
+)
 
 SEED = """
 from django.contrib.auth import get_user_model
@@ -32,25 +34,12 @@ bulk_releases(search, demo, 5, kind="b200")
 def test_a_reviewer_revokes_on_page_2_and_stays_there(app, tmp_path):  # noqa: F811
     from playwright.sync_api import expect, sync_playwright
 
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
-    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'app.sqlite3'}"
-    out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", SEED],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    seed_app(tmp_path, SEED)
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()
-        page.goto(f"{app}/accounts/login/")
-        page.fill("input[name=username]", "demo")
-        page.fill("input[name=password]", "browser-pw")
-        page.click("button[type=submit], input[type=submit]")
+        log_in_as_demo(page, app)
         page.goto(f"{app}/releases/")
         page.select_option("#release-filters select[name=kind]", "h100")
         page.click("#release-filters button[type=submit]")

@@ -4,14 +4,16 @@ and sees the re-validation pass and the release appear."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.web.test_browser_e2e import CHROMIUM, ROOT, app  # noqa: F401 - the stack fixture
+from tests.web.test_browser_e2e import (  # noqa: F401 - app: the stack fixture
+    CHROMIUM,
+    app,
+    log_in_as_demo,
+    seed_app,
+)
 
 SEED = """
 from searches import services
@@ -37,28 +39,14 @@ print(trial.pk)
 def test_a_reviewer_approves_in_the_browser_and_the_kernel_is_released(app, tmp_path):  # noqa: F811
     from playwright.sync_api import expect, sync_playwright
 
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
-    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'app.sqlite3'}"
-    out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", SEED],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    trial_id = int(out.stdout.strip().splitlines()[-1])
+    trial_id = int(seed_app(tmp_path, SEED).strip().splitlines()[-1])
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()
         dialogs: list[str] = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(f"{app}/accounts/login/")
-        page.fill("input[name=username]", "demo")
-        page.fill("input[name=password]", "browser-pw")
-        page.click("button[type=submit], input[type=submit]")
+        log_in_as_demo(page, app)
         page.goto(f"{app}/reviews/")
         page.click(f"a[href='/reviews/trials/{trial_id}']")
         page.wait_for_url(f"**/reviews/trials/{trial_id}")

@@ -24,6 +24,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def seed_app(tmp_path: Path, script: str) -> str:
+    """Run `script` in `manage.py shell` against the `app` fixture's database; its stdout."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL",)}
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'app.sqlite3'}"
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def log_in_as_demo(page, app: str) -> None:
+    page.goto(f"{app}/accounts/login/")
+    page.fill("input[name=username]", "demo")
+    page.fill("input[name=password]", "browser-pw")
+    page.click("button[type=submit], input[type=submit]")
+
+
 @pytest.fixture
 def app(tmp_path):
     if not os.path.exists(CHROMIUM):
@@ -78,10 +101,7 @@ def test_an_engineer_submits_an_idea_and_watches_trials_arrive_live(app):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()
-        page.goto(f"{app}/accounts/login/")
-        page.fill("input[name=username]", "demo")
-        page.fill("input[name=password]", "browser-pw")
-        page.click("button[type=submit], input[type=submit]")
+        log_in_as_demo(page, app)
         page.goto(f"{app}/ideas/new")
         page.fill("input[name=title]", "Softmax knobs from the browser")
         page.fill("textarea[name=description]", "Try the seed's *knobs*.")
