@@ -29,16 +29,18 @@ def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _become_subreaper() -> None:
-    """Orphans of processes the candidate starts are re-parented to this process, not to init,
-    so they stay in its tree: a double fork with setsid cannot slip out of the parent's sweep."""
+def become_subreaper() -> bool:
+    """Orphans of processes started below this one are re-parented to it, not to init, so they
+    stay in its tree: a double fork with setsid cannot slip out of a sweep. Used by the sandboxed
+    child on itself and by the worker (kernels.harness.sandbox.adopt_escaped_processes). False
+    where it is not available (not Linux: the process-group kill still applies)."""
     import ctypes
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):  # not Linux: the process-group kill still applies
-        pass
+        return libc.prctl(36, *map(ctypes.c_ulong, (1, 0, 0, 0))) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
 
 
 def _sibling(name: str):
@@ -75,5 +77,5 @@ def _confine() -> dict:
 def prepare() -> dict:
     """Resource limits, subreaper, confinement. Returns what was applied ({} when nothing)."""
     _limits()
-    _become_subreaper()
+    become_subreaper()
     return _confine()

@@ -316,7 +316,11 @@ def _evaluate(
         # reference and comparison kernels on the GPU while the child times the next shape.
         timed_msgs: list[dict] = []
 
-        def verify_timed() -> None:
+        def share_gpu_and_verify_timed() -> None:
+            nonlocal lock
+            if lock is not None:
+                lock.release()
+            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
             for m in timed_msgs:
                 _on_timed(run, m, out_root, dinfo, len(sources))
             if timed_msgs:
@@ -348,10 +352,7 @@ def _evaluate(
             elif t == "timed":
                 timed_msgs.append(msg)
             elif t == "gpu_done":
-                if lock is not None:
-                    lock.release()
-                lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
-                verify_timed()
+                share_gpu_and_verify_timed()
             elif t == "e2e":
                 _on_e2e(run, msg)
             elif t == "profiled":
@@ -407,10 +408,7 @@ def _evaluate(
                 )
                 done = True
         if timed_msgs:  # the child stopped mid-timing: what it did time is still checked
-            if lock is not None:
-                lock.release()
-            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
-            verify_timed()
+            share_gpu_and_verify_timed()
     except sandbox.SandboxError as e:
         run.fail("crashed", str(e))
     finally:

@@ -288,24 +288,11 @@ class Child:
         return f"exit code {rc}"
 
     def kill(self) -> None:
-        # Stop the whole tree before killing any of it: a stopped process cannot fork, and
-        # while the child (a subreaper) lives, orphans of its descendants stay in its tree.
-        tree: dict[int, psutil.Process] = {}
+        # While the child (a subreaper) lives, orphans of its descendants stay in its tree.
         with contextlib.suppress(psutil.Error):
-            root = psutil.Process(self.proc.pid)
-            for _ in range(100):
-                new = [q for q in [root, *root.children(recursive=True)] if q.pid not in tree]
-                if not new:
-                    break
-                for q in new:
-                    tree[q.pid] = q
-                    with contextlib.suppress(psutil.Error):
-                        q.suspend()
+            _stop_and_kill([psutil.Process(self.proc.pid)])
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        for q in tree.values():
-            with contextlib.suppress(psutil.Error):
-                q.kill()
         with contextlib.suppress(Exception):
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -317,6 +304,26 @@ class Child:
         sweep_escaped()
         if not self.keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _stop_and_kill(roots: list[psutil.Process]) -> None:
+    """Stop these processes and everything below them, then kill them all. Stopping first
+    matters: a stopped process cannot fork, so the sweep converges even against a fork loop."""
+    tree: dict[int, psutil.Process] = {}
+    for _ in range(100):
+        new = []
+        for root in roots:
+            with contextlib.suppress(psutil.Error):
+                new += [q for q in [root, *root.children(recursive=True)] if q.pid not in tree]
+        if not new:
+            break
+        for q in new:
+            tree[q.pid] = q
+            with contextlib.suppress(psutil.Error):
+                q.suspend()
+    for q in tree.values():
+        with contextlib.suppress(psutil.Error):
+            q.kill()
 
 
 # ---- processes that outlived their sandbox process ---------------------------------------
@@ -337,11 +344,10 @@ def adopt_escaped_processes() -> bool:
     GPU worker, the CLI): it also inherits any other orphaned grandchild. Returns whether the
     escaped ones can be recognised (the sandbox's seccomp filter is on)."""
     global _adopting
-    import ctypes
+    from kernels.harness.early import become_subreaper
 
     if not _adopting:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(36, *map(ctypes.c_ulong, (1, 0, 0, 0))):  # PR_SET_CHILD_SUBREAPER
+        if not become_subreaper():
             return False
         _adopting = True
     return socket_filter_enabled()
@@ -375,16 +381,7 @@ def sweep_escaped() -> int:
                     found.append(p)
         if not found:
             break
-        tree: list[psutil.Process] = []
-        for p in found:
-            with contextlib.suppress(psutil.Error):
-                tree += [p, *p.children(recursive=True)]
-        for q in tree:
-            with contextlib.suppress(psutil.Error):
-                q.suspend()
-        for q in tree:
-            with contextlib.suppress(psutil.Error):
-                q.kill()
+        _stop_and_kill(found)
         for p in found:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(p.pid, 0)  # ours now: reap it
