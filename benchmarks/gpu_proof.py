@@ -273,6 +273,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=3)
     ap.add_argument("--exploits", action="store_true")
     ap.add_argument("--throughput", type=int, default=0)
+    ap.add_argument("--throughput-jobs", type=int, default=4, help="evaluations in flight")
     ap.add_argument("--no-honest-full", action="store_true")
     ap.add_argument("--tune-from-honest", action="store_true")
     args = ap.parse_args()
@@ -293,7 +294,7 @@ def main() -> None:
         out["exploits"] = run_exploits(None)
         save()
     if args.throughput:
-        out["throughput"] = throughput(args.throughput, jobs=4)
+        out["throughput"] = throughput(args.throughput, jobs=args.throughput_jobs)
         log("throughput", out["throughput"])
         save()
     names = [n for n in args.problems.split(",") if n]

@@ -56,26 +56,21 @@ def _sibling(name: str):
 
 
 def _confine() -> dict:
-    """Landlock below AUTOWEB_CONFINE_DIR and the no-socket filter, when the parent asked for
-    them. Any failure is fatal: a candidate never runs believing it is confined when it is not."""
+    """Landlock below AUTOWEB_CONFINE_DIR, when the parent asked for it. Any failure is fatal: a
+    candidate never runs believing it is confined when it is not. The no-socket filter comes
+    later (kernels.harness.runner): the CUDA driver needs a socket while it initialises."""
     where = os.environ.get("AUTOWEB_CONFINE_DIR")
-    deny_sockets = os.environ.get("AUTOWEB_DENY_SOCKETS") == "1"
-    if not where and not deny_sockets:
+    if not where:
         return {}
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
         raise RuntimeError(f"cannot confine: {threads} threads already running")
-    applied: dict = {}
-    if where:
-        lock = os.environ.get("AUTOWEB_GPU_LOCK")
-        applied = _sibling("landlock").confine([where], [lock] if lock else [])
-    if deny_sockets:
-        applied["sockets_denied"] = _sibling("seccomp").deny_sockets()
-    return applied
+    lock = os.environ.get("AUTOWEB_GPU_LOCK")
+    return _sibling("landlock").confine([where], [lock] if lock else [])
 
 
 def prepare() -> dict:
-    """Resource limits, subreaper, confinement. Returns what was applied ({} when nothing)."""
+    """Resource limits, subreaper, Landlock. Returns what was applied ({} when nothing)."""
     _limits()
     become_subreaper()
     return _confine()

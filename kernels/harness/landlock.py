@@ -10,8 +10,9 @@ what it applied, and the report carries that, so a verdict never claims more iso
 host gave.
 
 Reads and execution stay allowed everywhere (the child needs Python, torch, the CUDA driver and
-ptxas). Writes are allowed beneath the sandbox directory and to a few named files (/dev/null,
-the NVIDIA device nodes the driver opens read-write, the GPU timing lock). Not covered: a
+ptxas). Writes are allowed beneath the sandbox directory, to a few named files (/dev/null,
+the NVIDIA device nodes the driver opens read-write, the GPU timing lock) and to the process's
+own /proc/<pid> files. Not covered: a
 connect() to a pathname Unix socket (Landlock has no right for it on the kernels this targets);
 see docs/harness.md for what the other layers do about that.
 
@@ -142,6 +143,11 @@ def confine(writable_dirs: list[str], writable_files: list[str] = ()) -> dict:
         for pattern in _NVIDIA_GLOBS:
             files.extend(sorted(glob.glob(pattern)))
         rules += [(f, fs & _FILE_RIGHTS) for f in files]
+        # The process's own /proc/<pid> (resolved now: its children get none): the CUDA driver
+        # writes there while it initialises (cuInit failed with "OS call failed" without it on
+        # the H200 host). Files there only act on this process; a magic link beneath
+        # (/proc/<pid>/root, cwd, fd/N) resolves to the real path, which Landlock checks.
+        rules.append(("/proc/self", fs & _FILE_RIGHTS))
         for path, rights in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)

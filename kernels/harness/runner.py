@@ -92,7 +92,15 @@ def main(confined: dict | None = None) -> None:
             torch.cuda.synchronize()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    send(t="ready", pid=os.getpid(), confined=confined or {})
+    confined = dict(confined or {})
+    if os.environ.get("AUTOWEB_DENY_SOCKETS") == "1":
+        # The device is up (the CUDA driver needs a socket while it initialises) and nothing of
+        # the candidate's has loaded: refuse sockets from here on, on every thread. A failure
+        # is fatal, as for Landlock: no candidate runs believing it is confined when it is not.
+        from kernels.harness import seccomp
+
+        confined["sockets_denied"] = seccomp.deny_sockets()
+    send(t="ready", pid=os.getpid(), confined=confined)
     spec = recv()
     try:
         from kernels.harness import childrun

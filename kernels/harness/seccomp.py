@@ -3,9 +3,14 @@
 Network namespaces (`unshare -n`) and Landlock's TCP rights leave two ways out: a pathname Unix
 socket (PostgreSQL's /var/run/postgresql/.s.PGSQL.5432, a Redis socket, a container runtime's
 socket) is reachable from any network namespace, and Landlock has no right for UDP. Neither
-torch, triton nor the CUDA driver needs a socket to compile and run a kernel, so the child
-refuses socket(2) for every address family but netlink (which only talks to the local kernel,
-used by interface enumeration) with EACCES. socketpair(2) stays: it connects nothing outside.
+torch nor triton needs a socket to compile and run a kernel, so the child refuses socket(2) for
+every address family but netlink (which only talks to the local kernel, used by interface
+enumeration) with EACCES. socketpair(2) stays: it connects nothing outside.
+
+The CUDA driver does create a socket while it initialises (on the H200 host, cuInit failed with
+"OS call failed" (304) under this filter), so the child installs the filter only once its CUDA
+context exists and before any candidate code loads, for every thread at once (TSYNC): the
+driver's own threads, started during initialisation, are covered too.
 
 The filter is eight classic-BPF instructions, built here with ctypes rather than through
 libseccomp so that a GPU host needs no extra system library; it allows only the native
@@ -18,8 +23,8 @@ import ctypes
 import platform
 
 _PR_SET_NO_NEW_PRIVS = 38
-_PR_SET_SECCOMP = 22
-_SECCOMP_MODE_FILTER = 2
+_SECCOMP_SET_MODE_FILTER = 1
+_SECCOMP_FILTER_FLAG_TSYNC = 1
 
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
@@ -36,10 +41,10 @@ _X32_BIT = 0x40000000
 # seccomp_data: nr at 0, arch at 4, args[0] at 16 (its low 32 bits on little-endian hosts).
 _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16
 
-# machine -> (AUDIT_ARCH_*, __NR_socket)
+# machine -> (AUDIT_ARCH_*, __NR_socket, __NR_seccomp)
 _ARCHES = {
-    "x86_64": (0xC000003E, 41),
-    "aarch64": (0xC00000B7, 198),
+    "x86_64": (0xC000003E, 41, 317),
+    "aarch64": (0xC00000B7, 198, 277),
 }
 
 
@@ -62,7 +67,7 @@ def supported() -> bool:
 
 def program() -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k); jumps count instructions skipped after the jump."""
-    arch, nr_socket = _ARCHES[platform.machine()]
+    arch, nr_socket, _ = _ARCHES[platform.machine()]
     return [
         (_LD_W_ABS, 0, 0, _OFF_ARCH),  # 0
         (_JEQ_K, 0, 7, arch),  # 1: foreign arch -> 9 (kill)
@@ -78,23 +83,29 @@ def program() -> list[tuple[int, int, int, int]]:
 
 
 def deny_sockets() -> bool:
-    """Install the filter on this thread and everything it creates later (call it while the
-    process is single-threaded). Returns False where unsupported; raises OSError on failure."""
+    """Install the filter on every thread of this process and on everything they create later
+    (seccomp(2) with TSYNC). Returns False where unsupported; raises OSError on failure,
+    including when some thread could not take the filter."""
     if not supported():
         return False
     insns = program()
     arr = (_Insn * len(insns))(*[_Insn(*i) for i in insns])
     prog = _Prog(len(insns), arr)
     libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, *map(ctypes.c_ulong, (1, 0, 0, 0))):
         e = ctypes.get_errno()
         raise OSError(e, "seccomp: no_new_privs failed")
-    if libc.prctl(
-        _PR_SET_SECCOMP,
-        ctypes.c_ulong(_SECCOMP_MODE_FILTER),
+    nr_seccomp = _ARCHES[platform.machine()][2]
+    r = libc.syscall(
+        ctypes.c_long(nr_seccomp),
+        ctypes.c_ulong(_SECCOMP_SET_MODE_FILTER),
+        ctypes.c_ulong(_SECCOMP_FILTER_FLAG_TSYNC),
         ctypes.byref(prog),
-        *map(ctypes.c_ulong, (0, 0)),
-    ):
+    )
+    if r < 0:
         e = ctypes.get_errno()
         raise OSError(e, "seccomp: installing the filter failed")
+    if r > 0:  # TSYNC: the id of a thread that could not be synchronised
+        raise OSError(0, f"seccomp: thread {r} could not take the filter")
     return True

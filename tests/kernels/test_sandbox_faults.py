@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import signal
 import socket
@@ -301,6 +302,59 @@ def test_without_static_checks_a_candidate_still_cannot_write_outside_its_direct
     assert elapsed < TIMEOUT_S
     _assert_tree_gone(report, seen)
     _assert_serves_the_seed(pool)
+
+
+def test_the_child_may_write_its_own_proc_files_but_not_another_process(pool: Pool) -> None:
+    # The CUDA driver writes below the child's own /proc/<pid>, so that much is allowed; the
+    # same file of another process (here: this test's) stays out of reach.
+    if not filesystem_confinement_enabled():
+        pytest.skip("this kernel has no Landlock: the run-time layer cannot confine writes")
+    def writes(path: str) -> str:
+        return _write_outside_source(Path(path)).replace(
+            "torch.os.O_WRONLY | torch.os.O_CREAT", "torch.os.O_WRONLY"
+        )
+
+    comm = Path(f"/proc/{os.getpid()}/comm")
+    before = comm.read_text()
+    own, _, _ = _evaluate_watched(pool, writes("/proc/self/comm"))
+    assert own["verdict"] == "accepted", own["reasons"]
+
+    report, elapsed, seen = _evaluate_watched(pool, writes(str(comm)))
+
+    assert report["failure"] == "crashed", report["reasons"]
+    assert "permission denied" in _reasons(report), report["reasons"]
+    assert comm.read_text() == before
+    _assert_tree_gone(report, seen)
+
+
+def test_the_socket_filter_covers_threads_started_before_it() -> None:
+    # The child installs the filter after the CUDA driver has started its threads: every one of
+    # them must refuse sockets too (seccomp's TSYNC), not only the thread that installed it.
+    if not socket_filter_enabled():
+        pytest.skip("the socket filter is not supported on this platform")
+    code = """
+import socket, threading
+from kernels.harness import seccomp
+go, done, seen = threading.Event(), threading.Event(), []
+def early():
+    go.wait()
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+        seen.append("open")
+    except OSError as e:
+        seen.append(e.strerror)
+    done.set()
+t = threading.Thread(target=early)
+t.start()
+assert seccomp.deny_sockets()
+go.set(); done.wait(10)
+print(seen[0])
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Permission denied", out.stdout
 
 
 def test_without_static_checks_a_candidate_cannot_signal_its_worker(pool: Pool) -> None:
