@@ -309,6 +309,7 @@ def test_the_child_may_write_its_own_proc_files_but_not_another_process(pool: Po
     # same file of another process (here: this test's) stays out of reach.
     if not filesystem_confinement_enabled():
         pytest.skip("this kernel has no Landlock: the run-time layer cannot confine writes")
+
     def writes(path: str) -> str:
         return _write_outside_source(Path(path)).replace(
             "torch.os.O_WRONLY | torch.os.O_CREAT", "torch.os.O_WRONLY"
