@@ -12,9 +12,9 @@ host gave.
 Reads and execution stay allowed everywhere (the child needs Python, torch, the CUDA driver and
 ptxas). Writes are allowed beneath the sandbox directory, to a few named files (/dev/null,
 the NVIDIA device nodes the driver opens read-write, the GPU timing lock) and to the process's
-own /proc/<pid> files. Not covered: a
-connect() to a pathname Unix socket (Landlock has no right for it on the kernels this targets);
-see docs/harness.md for what the other layers do about that.
+own /proc/<pid> files. Not covered: a connect() to a pathname Unix socket (Landlock has no
+right for it on the kernels this targets); see docs/harness.md for what the other layers do
+about that.
 
 The syscalls are made through ctypes: Python has no binding, and the interface is three
 syscalls and two structs from <linux/landlock.h>.

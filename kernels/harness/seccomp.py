@@ -12,7 +12,7 @@ The CUDA driver does create a socket while it initialises (on the H200 host, cuI
 context exists and before any candidate code loads, for every thread at once (TSYNC): the
 driver's own threads, started during initialisation, are covered too.
 
-The filter is eight classic-BPF instructions, built here with ctypes rather than through
+The filter is ten classic-BPF instructions, built here with ctypes rather than through
 libseccomp so that a GPU host needs no extra system library; it allows only the native
 architecture (a 32-bit compat syscall kills the process) and refuses x32 syscall numbers.
 """
