@@ -1,3 +1,3 @@
-"""autoweb's Django-free kernel engine: problems, seeds, harness, tuner, CLI."""
+"""autoweb's Django-free kernel engine: problems, seeds, harness, search engine, CLI."""
 
 __version__ = "0.1.0"

@@ -162,9 +162,9 @@ def cmd_evaluate(args) -> int:
 
 def cmd_tune(args) -> int:
     from kernels import knobs
-    from kernels.harness import evaluate, retime
+    from kernels.engine.tuner import Tuner
+    from kernels.harness import BaselineCache, evaluate, retime, time_together
     from kernels.harness.sandbox import Pool
-    from kernels.tuner import Tuner
 
     _adopt()
     problem = _load_problem(args)
@@ -172,36 +172,40 @@ def cmd_tune(args) -> int:
     dev = _device(args.device)
     if args.trials < 1:
         raise UsageError("--trials must be at least 1")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if not 0 < args.rel_ci < 1:
+        raise UsageError("--rel-ci is a fraction between 0 and 1, e.g. 0.01")
     try:
         ks = knobs.parse_knobs(source)
     except knobs.KnobError as e:
         raise UsageError(f"{path}: {e}") from e
     if not ks:
         raise UsageError(f"{path} has no '# tune:' knobs to search")
+    size = knobs.space_size(ks)
+    if args.trials > size:
+        print(
+            f"note: --trials {args.trials} is more than the {size} configurations of "
+            f"{path}'s knobs: each is tried once",
+            file=sys.stderr,
+        )
+    # Screening on a GPU takes the baselines from the cache (measured once per GPU, problem,
+    # shapes and versions); the interpreter times nothing.
+    cache = BaselineCache() if dev == "cuda" and not args.no_cache else None
     pool = Pool(dev, size=args.jobs)
+    common = dict(
+        device=dev, tier=args.shapes, timeout_s=args.timeout, pool=pool, budget_s=args.budget
+    )
     try:
 
         def ev(src: str) -> dict:
-            return evaluate(
-                problem,
-                src,
-                device=dev,
-                tier=args.shapes,
-                timeout_s=args.timeout,
-                pool=pool,
-                budget_s=args.budget,
-            )
+            return evaluate(problem, src, baselines=cache, rel_ci=args.rel_ci, **common)
 
         def rt(srcs: list[str]) -> list[dict]:
-            return retime(
-                problem,
-                srcs,
-                device=dev,
-                tier=args.shapes,
-                timeout_s=args.timeout,
-                pool=pool,
-                budget_s=args.budget,
-            )
+            return retime(problem, srcs, **common)
+
+        def together(srcs: list[str]) -> dict:
+            return time_together(problem, srcs, **common)
 
         def on_trial(rec) -> None:
             print(f"[{rec['index']:3d}] {rec['description']}", flush=True)
@@ -211,10 +215,12 @@ def cmd_tune(args) -> int:
             trials=args.trials,
             evaluate=ev,
             retime=rt if dev == "cuda" else None,
+            together=together if dev == "cuda" and not args.no_table else None,
             seed=args.seed,
             on_trial=on_trial,
-            jobs=max(1, args.jobs),
+            jobs=args.jobs,
         )
+        print(f"strategy: {tuner.strategy}: {tuner.proposer.why}", flush=True)
         result = tuner.run()
     finally:
         pool.close()
@@ -226,8 +232,8 @@ def cmd_tune(args) -> int:
         Path(args.out).write_text(result.best_source)
     print(
         f"strategy: {result.strategy}  space: {result.space_size}  "
-        f"evaluations: {result.evaluations}"
-        f"  failures: {result.failures}"
+        f"evaluations: {result.evaluations}  failures: {result.failures}  "
+        f"confirmations: {result.confirmations}"
     )
     print(f"evals_per_minute: {_fmt(result.evals_per_minute, '.1f')}")
     print(f"ranked: {result.ranked}  {result.note}")
@@ -239,7 +245,39 @@ def cmd_tune(args) -> int:
             f"x eager: {_fmt(sm.get('geomean_speedup_eager'))}  "
             f"x compiled: {_fmt(sm.get('geomean_speedup_compiled'))}"
         )
+    if result.table:
+        print_table(result.table)
     return 0 if result.best_report and result.best_report.get("verdict") == "accepted" else 1
+
+
+def print_table(table: dict, out=sys.stdout) -> None:
+    """The per-shape dispatch table a tune ends with."""
+    if table.get("error"):
+        print(f"per-shape table: not built: {table['error']}", file=out)
+        return
+    print("per-shape table (candidates and baselines re-timed together):", file=out)
+    print(f"  {'shape':<28} {'serves':<10} {'ms':>9} {'x compile':>9} {'x eager':>8}", file=out)
+    for r in table["shapes"]:
+        serves = r["kernel"] if r["serve"] == "kernel" else r["serve"] or "-"
+        print(
+            f"  {r['label']:<28} {serves:<10} {_fmt(r['ms'], '.4f'):>9} "
+            f"{_fmt(r['speedup_compiled'], '.2f'):>9} {_fmt(r['speedup_eager'], '.2f'):>8}",
+            file=out,
+        )
+    print(
+        f"  geomean x compile: {_fmt(table['geomean_speedup_compiled'], '.3f')}  "
+        f"x eager: {_fmt(table['geomean_speedup_eager'], '.3f')}  "
+        f"shapes on generated kernels: {table['shapes_on_kernels']}/{table['shapes_total']}",
+        file=out,
+    )
+    single = table.get("best_single")
+    if single:
+        print(
+            f"  best single kernel ({single['kernel']}): "
+            f"x compile {_fmt(single['geomean_speedup_compiled'], '.3f')}  "
+            f"x eager {_fmt(single['geomean_speedup_eager'], '.3f')}",
+            file=out,
+        )
 
 
 def cmd_ceilings(args) -> int:
@@ -292,7 +330,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--shapes", default="smoke", choices=["smoke", "full"])
             p.add_argument("--timeout", type=float, default=None, help="seconds per evaluation")
             p.add_argument(
-                "--budget", type=float, default=0.5, help="seconds of timing per shape (GPU)"
+                "--budget",
+                type=float,
+                default=0.5,
+                help="seconds of timing per shape on a GPU (the most a screened shape may take)",
             )
 
     p = sub.add_parser("problems", help="list problems with signatures and shape sweeps")
@@ -317,6 +358,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="candidates evaluated at once (each in its own warm sandbox)",
     )
     p.add_argument("--out", help="write the best candidate source here")
+    p.add_argument(
+        "--rel-ci",
+        type=float,
+        default=0.01,
+        help="screening stops timing a shape once its median's 95%% CI is within this fraction",
+    )
+    p.add_argument(
+        "--no-cache", action="store_true", help="time the baselines with every candidate"
+    )
+    p.add_argument("--no-table", action="store_true", help="skip the per-shape table at the end")
     p.set_defaults(fn=cmd_tune)
 
     p = sub.add_parser(

@@ -31,8 +31,8 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from kernels import problems
+from kernels.harness import BaselineCache, evaluate, retime, time_together
 from kernels.harness import device as devmod
-from kernels.harness import evaluate
 from kernels.harness.sandbox import Pool, adopt_escaped_processes
 
 HEARTBEAT_S = 5
@@ -58,6 +58,7 @@ _pool: Pool | None = None
 _device: str | None = None
 _name: str | None = None
 _info: dict[str, Any] = {}
+_baselines: BaselineCache | None = None  # on a GPU: shared by every job, on disk and in Redis
 
 
 # Jobs and their results cross hosts through Redis, and anyone who can write there (a GPU host
@@ -69,6 +70,8 @@ SERIALIZER = JSONSerializer
 JOB_FUNCTIONS = frozenset(
     {
         "kernels.worker.evaluate_job",
+        "kernels.worker.confirm_job",
+        "kernels.worker.table_job",
         "kernels.worker.revalidate_job",
         "searches.tasks.run_search",
         "library.tasks.watch_review",
@@ -139,7 +142,8 @@ def evaluate_job(
     baselines_compiled: bool = True,
     timeout_s: float | None = None,
 ) -> dict:
-    """RQ job: evaluate one candidate on this worker's device; returns the harness report.
+    """RQ job: screen one candidate on this worker's device; returns the harness report. On a
+    GPU the baselines come from the worker's cache (`kernels.harness.baselines`).
 
     Safe to run twice: it has no side effect but the report and progress events; recording
     the result is the orchestrator's job, and it is idempotent there.
@@ -175,11 +179,84 @@ def evaluate_job(
             budget_s=budget_s,
             baselines_compiled=baselines_compiled,
             timeout_s=timeout_s,
+            baselines=_baselines_for(conn) if baselines_compiled else None,
         )
     finally:
         _set_current_job(conn, None)
     report["worker"] = _name
     return json.loads(json.dumps(report, default=str))  # plain JSON for RQ's serializer
+
+
+def _baselines_for(conn: redis.Redis) -> BaselineCache | None:
+    global _baselines
+    if (_device or devmod.resolve("auto")) != "cuda":
+        return None
+    if _baselines is None:
+        _baselines = BaselineCache(redis=conn)
+    return _baselines
+
+
+def confirm_job(
+    *,
+    problem: str,
+    sources: list[str],
+    tier: str = "full",
+    search_id: int | None = None,
+    trial_id: int | None = None,
+    budget_s: float = 0.5,
+    timeout_s: float | None = None,
+) -> list[dict] | dict:
+    """RQ job: re-time [incumbent, challenger] interleaved in one sandbox on this GPU (the
+    confirmation a screening win needs before it is kept). Returns their numbers, or
+    {"error": ...} when the problem is unknown."""
+    with _job():
+        try:
+            prob = problems.load(problem)
+        except problems.ProblemError as e:
+            return {"error": str(e)}
+        dev = _device or devmod.resolve("auto")
+        out = retime(
+            prob, sources, device=dev, tier=tier, timeout_s=timeout_s, budget_s=budget_s, pool=_pool
+        )
+    return json.loads(json.dumps(out, default=str))
+
+
+def table_job(
+    *,
+    problem: str,
+    sources: list[str],
+    tier: str = "full",
+    search_id: int | None = None,
+    budget_s: float = 0.5,
+    timeout_s: float | None = None,
+) -> dict:
+    """RQ job: time a search's chosen candidates and both baselines interleaved on every shape,
+    in one sandbox on this GPU: what the per-shape dispatch table is built from."""
+    with _job():
+        try:
+            prob = problems.load(problem)
+        except problems.ProblemError as e:
+            return {"error": str(e)}
+        dev = _device or devmod.resolve("auto")
+        out = time_together(
+            prob, sources, device=dev, tier=tier, timeout_s=timeout_s, budget_s=budget_s, pool=_pool
+        )
+    return json.loads(json.dumps(out, default=str))
+
+
+@contextlib.contextmanager
+def _job():
+    """Around a job: the heartbeat names it, so the job of a worker that died is retried."""
+    from rq import get_current_job
+
+    job = get_current_job()
+    if job is not None:
+        _set_current_job(job.connection, job.id)
+    try:
+        yield
+    finally:
+        if job is not None:
+            _set_current_job(job.connection, None)
 
 
 def revalidate_job(
@@ -200,12 +277,7 @@ def revalidate_job(
         prob = problems.load(problem)
     except problems.ProblemError as e:
         return _usage_report(problem, str(e), dev)
-    from rq import get_current_job
-
-    job = get_current_job()
-    if job is not None:
-        _set_current_job(job.connection, job.id)
-    try:
+    with _job():
         report = revalidate(
             prob,
             source,
@@ -215,9 +287,6 @@ def revalidate_job(
             budget_s=budget_s,
             timeout_s=timeout_s,
         )
-    finally:
-        if job is not None:
-            _set_current_job(job.connection, None)
     report["worker"] = _name
     report["revalidation_id"] = revalidation_id
     return json.loads(json.dumps(report, default=str))

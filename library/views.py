@@ -23,7 +23,6 @@ from library.models import Release, Review
 from searches import rendering, roles
 from searches.errors import DomainError
 from searches.models import Trial
-from searches.proposers import start_source
 from searches.reports import report_view
 
 
@@ -93,7 +92,7 @@ def review(request: HttpRequest, pk: int) -> HttpResponse:
     trial = _trial(request, pk)
     search = trial.search
     existing = Review.objects.filter(trial=trial).select_related("reviewer").first()
-    seed = start_source(search.idea)
+    seed = search.idea.start_source()
     parent = trial.parent
     revalidations = list(existing.revalidations.all()) if existing else []
     for reval in revalidations:

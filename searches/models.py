@@ -95,6 +95,14 @@ class Idea(models.Model):
             return self.proposer[len(LLM_PREFIX) :]
         return None
 
+    def start_source(self) -> str:
+        """The kernel a search starts from: the engineer's sketch, else the problem's seed."""
+        if self.sketch_source and self.sketch_source.strip():
+            return self.sketch_source
+        from kernels import problems
+
+        return problems.load(self.problem).seed_path.read_text()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.pk,
@@ -190,6 +198,12 @@ class Search(models.Model):
     incumbent = models.ForeignKey(
         "Trial", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # The engine's account of the search (kernels.engine): which knob strategy ran and why,
+    # the variants skipped (with the reason), and the per-shape dispatch table it ended with.
+    strategy = models.CharField(max_length=500, blank=True)
+    skipped = models.JSONField(default=list, blank=True)
+    table = models.JSONField(null=True, blank=True)
+    table_job_id = models.CharField(max_length=100, null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -302,12 +316,21 @@ class Trial(models.Model):
         COMPILING = "compiling"
         VERIFYING = "verifying"
         BENCHMARKING = "benchmarking"
+        CONFIRMING = "confirming"  # a screening win, re-timed against the incumbent
         KEPT = "kept"
         REVERTED = "reverted"
         FAILED = "failed"
 
     TERMINAL = (Status.KEPT, Status.REVERTED, Status.FAILED)
     PHASES = (Status.COMPILING, Status.VERIFYING, Status.BENCHMARKING)
+    IN_FLIGHT = (
+        Status.PROPOSED,
+        Status.QUEUED,
+        Status.COMPILING,
+        Status.VERIFYING,
+        Status.BENCHMARKING,
+        Status.CONFIRMING,
+    )
     # Progress only moves forwards: a late "compiling" after "verifying" is ignored.
     PROGRESS = {
         Status.PROPOSED: 0,
@@ -315,6 +338,7 @@ class Trial(models.Model):
         Status.COMPILING: 2,
         Status.VERIFYING: 3,
         Status.BENCHMARKING: 4,
+        Status.CONFIRMING: 5,
     }
 
     search = models.ForeignKey(Search, on_delete=models.CASCADE, related_name="trials")
@@ -338,6 +362,9 @@ class Trial(models.Model):
     # Failed: the report's reasons. Kept or reverted: one line saying why.
     reasons = models.JSONField(default=list, blank=True)
     report = models.JSONField(null=True, blank=True)
+    # A screening win's confirmation: against which incumbent, why it was screened a win, and
+    # (once re-timed) the interleaved numbers {"incumbent": ..., "challenger": ...}.
+    confirmation = models.JSONField(null=True, blank=True)
 
     device_kind = models.CharField(max_length=64, blank=True)
     device_name = models.CharField(max_length=200, blank=True)
@@ -403,9 +430,11 @@ class Trial(models.Model):
     def reason(self) -> str:
         return "; ".join(str(r) for r in self.reasons or [])
 
-    def numbers(self) -> dict[str, float | None]:
-        """What `kernels.tuner.is_improvement` compares."""
-        return {"geomean_ms": self.geomean_ms, "noise": self.noise}
+    def numbers(self):
+        """What the judge (`kernels.engine.judge`) compares."""
+        from kernels.engine.judge import Numbers
+
+        return Numbers(self.geomean_ms, self.noise, self.device_kind)
 
     def queue(self, job_id: str, now: datetime) -> bool:
         """Queue (or re-queue, after a lost job) under `job_id`. False when nothing changed."""

@@ -1,5 +1,11 @@
 """The search loop: propose -> enqueue an evaluation on gpu.<kind> -> record -> keep/revert.
 
+The web side of the engine (`kernels.engine`): the tuner's proposals come from its knob
+proposer, verdicts from its judge (through `searches.services`). A screening win waits in
+`confirming` for an interleaved re-time against the incumbent (a `confirm_job` on the same GPU
+kind, one at a time per search) before it is kept; a stopping search has its best trials and
+the baselines timed together (a `table_job`) for its per-shape dispatch table.
+
 Runs on the `search` RQ queue (a Django-aware worker). Everything it needs is derived from the
 database and the RQ jobs, so it is resumable: kill it mid-search, restart it (`recover()` runs
 at start-up), and the search continues; a trial is recorded before its job is enqueued (after
@@ -25,11 +31,13 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
+from kernels.engine import compose
+from kernels.engine.proposers import KnobProposer
 from kernels.knobs import KnobError
 from kernels.worker import WORKER_TTL_S, events_key, fetch_job, online_workers, queue_name, rq_queue
-from searches import live, services
+from searches import live, selectors, services
+from searches.errors import DuplicateCandidate
 from searches.models import Search, StopReason, Trial
-from searches.proposers import Tried, TunerProposer, start_source
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +45,7 @@ SEARCH_QUEUE = "search"
 POLL_S = 0.5
 MAX_ATTEMPTS = 3
 JOB_TIMEOUT_S = 1800
-IN_FLIGHT = (
-    Trial.Status.QUEUED,
-    Trial.Status.COMPILING,
-    Trial.Status.VERIFYING,
-    Trial.Status.BENCHMARKING,
-    Trial.Status.PROPOSED,
-)
+IN_FLIGHT = Trial.IN_FLIGHT
 
 
 def redis_conn() -> redis.Redis:
@@ -56,6 +58,15 @@ def search_queue(conn: redis.Redis | None = None) -> Queue:
 
 def job_id_for(trial: Trial, attempt: int) -> str:
     return f"autoweb-trial-{trial.pk}-a{attempt}"
+
+
+def confirm_job_id(trial: Trial, attempt: int) -> str:
+    against = (trial.confirmation or {}).get("against")
+    return f"autoweb-confirm-{trial.pk}-vs{against}-a{attempt}"
+
+
+def table_job_id(search: Search) -> str:
+    return f"autoweb-table-{search.pk}-{uuid.uuid4().hex[:8]}"
 
 
 LEASE_S = 10
@@ -146,7 +157,9 @@ class Loop:
                 search = services.request_stop(search=search, reason=reason)
                 live.search_changed(search)
         if search.status == Search.Status.STOPPING:
-            if not search.trials.filter(status__in=IN_FLIGHT).exists():
+            if not search.trials.filter(status__in=IN_FLIGHT).exists() and self.table_done(
+                search, kind
+            ):
                 search = services.finish_search(search=search, reason=search.stop_reason)
                 live.search_changed(search)
                 return False
@@ -168,7 +181,16 @@ class Loop:
     def reconcile(self, search: Search, kind: str) -> None:
         queue = rq_queue(queue_name(kind), self.conn)
         StartedJobRegistry(queue=queue).cleanup()  # jobs of dead workers become "failed"
+        confirming = False
         for trial in search.trials.filter(status__in=IN_FLIGHT).order_by("index"):
+            if trial.status == Trial.Status.CONFIRMING and not trial.job_id:
+                # One confirmation at a time per search, oldest trial first: each is judged
+                # against the incumbent the one before it may have replaced.
+                if not confirming:
+                    self.enqueue_confirmation(trial, kind)
+                    confirming = True
+                continue
+            confirming = confirming or trial.status == Trial.Status.CONFIRMING
             if trial.status == Trial.Status.PROPOSED or not trial.job_id:
                 self.enqueue(trial, kind, attempt=trial.attempts + 1)
                 continue
@@ -182,14 +204,18 @@ class Loop:
                 with contextlib.suppress(Exception):  # a stale registry entry; harmless if left
                     StartedJobRegistry(queue=queue).remove(job)
                 status = JobStatus.STOPPED
-            if status == JobStatus.FINISHED:
+            if status == JobStatus.FINISHED and trial.status == Trial.Status.CONFIRMING:
+                self.record_confirmation(trial, job.return_value())
+            elif status == JobStatus.FINISHED:
                 self.record(trial, job.return_value())
             elif status in (None, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
                 why = "its job disappeared" if status is None else f"its job {status}"
                 if status == JobStatus.FAILED and job is not None:
                     exc = (job.latest_result().exc_string if job.latest_result() else "") or ""
                     why += ": " + exc.strip().splitlines()[-1][:300] if exc.strip() else ""
-                if trial.attempts >= MAX_ATTEMPTS:
+                if trial.status == Trial.Status.CONFIRMING:
+                    self.confirmation_lost(trial, kind, why)
+                elif trial.attempts >= MAX_ATTEMPTS:
                     trial = services.reject_trial(
                         trial=trial,
                         failure="crashed",
@@ -234,6 +260,134 @@ class Loop:
         search.refresh_from_db()
         live.search_changed(search)
 
+    # -- confirmations and the table ------------------------------------------------------------
+
+    def enqueue_confirmation(self, trial: Trial, kind: str) -> None:
+        """Re-time a screening win against the incumbent it beat, interleaved on one GPU."""
+        confirmation = trial.confirmation or {}
+        against = Trial.objects.filter(pk=confirmation.get("against")).first()
+        if against is None:  # the incumbent is gone: screen again against the current one
+            self.record_confirmation(trial, None)
+            return
+        attempt = int(confirmation.get("attempts") or 0) + 1
+        job_id = confirm_job_id(trial, attempt)
+        kwargs = {
+            "problem": trial.search.idea.problem,
+            "sources": [against.source, trial.source],
+            "tier": "full" if kind != "interpret" else "smoke",
+            "search_id": trial.search_id,
+            "trial_id": trial.pk,
+        }
+        with transaction.atomic():
+            trial = services.mark_confirmation_queued(trial=trial, job_id=job_id)
+            Trial.objects.filter(pk=trial.pk).update(
+                confirmation={**confirmation, "attempts": attempt}
+            )
+            conn = self.conn
+
+            def go() -> None:
+                rq_queue(queue_name(kind), conn).enqueue(
+                    "kernels.worker.confirm_job",
+                    kwargs=kwargs,
+                    job_id=job_id,
+                    job_timeout=JOB_TIMEOUT_S,
+                    result_ttl=86400,
+                    failure_ttl=86400,
+                )
+
+            transaction.on_commit(go)
+        live.trial_changed(trial)
+
+    def record_confirmation(self, trial: Trial, result: Any) -> None:
+        trial = services.record_confirmation(trial=trial, report=result)
+        live.trial_changed(trial)
+        search = trial.search
+        search.refresh_from_db()
+        live.search_changed(search)
+
+    def confirmation_lost(self, trial: Trial, kind: str, why: str) -> None:
+        attempts = int((trial.confirmation or {}).get("attempts") or 0)
+        if attempts >= MAX_ATTEMPTS:
+            self.record_confirmation(trial, {"error": f"re-time lost {attempts} times ({why})"})
+            return
+        log.warning("trial %s: confirmation %s; re-timing again", trial.pk, why)
+        Trial.objects.filter(pk=trial.pk).update(job_id=None)
+        trial.refresh_from_db()
+        self.enqueue_confirmation(trial, kind)
+
+    def table_done(self, search: Search, kind: str) -> bool:
+        """Whether a stopping search's per-shape table is settled: recorded, not wanted (no
+        timed trial, the interpreter), impossible (no worker of its kind), or failed. Starts
+        its job when none runs yet."""
+        if search.table is not None:
+            return True
+        chosen = self.table_candidates(search)
+        if kind == "interpret" or not chosen:
+            return True
+        if search.table_job_id is None:
+            if not any(w.get("kind") == kind for w in online_workers(self.conn)):
+                services.record_table(
+                    search=search,
+                    timed={"error": f"no {kind} worker online to time the table"},
+                    kernels=[],
+                )
+                return True
+            self.enqueue_table(search, kind, chosen)
+            return False
+        try:
+            job = fetch_job(search.table_job_id, self.conn)
+            status = job.get_status(refresh=True)
+        except NoSuchJobError:
+            job, status = None, None
+        if status == JobStatus.FINISHED:
+            services.record_table(
+                search=search, timed=job.return_value(), kernels=[t.index for t in chosen]
+            )
+            live.search_changed(Search.objects.get(pk=search.pk))
+            return True
+        if status in (None, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
+            services.record_table(
+                search=search,
+                timed={"error": f"timing the table's trials failed (job {status or 'lost'})"},
+                kernels=[],
+            )
+            return True
+        return False
+
+    def table_candidates(self, search: Search) -> list[Trial]:
+        """The timed, accepted trials to time together for the table (`compose.pick_candidates`)."""
+        trials = list(
+            search.trials.filter(
+                status__in=(Trial.Status.KEPT, Trial.Status.REVERTED), geomean_ms__isnull=False
+            ).order_by("index")
+        )
+        chosen = compose.pick_candidates([t.report or {} for t in trials])
+        return [trials[i] for i in chosen]
+
+    def enqueue_table(self, search: Search, kind: str, chosen: list[Trial]) -> None:
+        job_id = table_job_id(search)
+        kwargs = {
+            "problem": search.idea.problem,
+            "sources": [t.source for t in chosen],
+            "tier": "full",
+            "search_id": search.pk,
+        }
+        with transaction.atomic():
+            services.mark_table_queued(search=search, job_id=job_id)
+            conn = self.conn
+
+            def go() -> None:
+                rq_queue(queue_name(kind), conn).enqueue(
+                    "kernels.worker.table_job",
+                    kwargs=kwargs,
+                    job_id=job_id,
+                    job_timeout=JOB_TIMEOUT_S,
+                    result_ttl=86400,
+                    failure_ttl=86400,
+                )
+
+            transaction.on_commit(go)
+
     # -- proposals ----------------------------------------------------------------------------
 
     def fill(self, search: Search, kind: str) -> None:
@@ -253,22 +407,20 @@ class Loop:
         if room <= 0:
             return
         try:
-            proposer = TunerProposer(start_source(search.idea), seed=search.seed)
+            proposer = KnobProposer(
+                search.idea.start_source(), budget=search.idea.max_trials, seed=search.seed
+            )
         except KnobError as e:
             search = services.fail_search(search=search, reason=f"{StopReason.ERROR}: {e}")
             live.search_changed(search)
             return
-        for _ in range(room):
-            tried = [
-                Tried(
-                    values=t.knob_values or {},
-                    geomean_ms=t.geomean_ms,
-                    failed=t.status == Trial.Status.FAILED,
-                    pending=t.status in IN_FLIGHT,
-                )
-                for t in search.trials.only("knob_values", "geomean_ms", "status")
-            ]
-            proposal = proposer.next(tried)
+        if search.strategy != f"{proposer.strategy}: {proposer.why}":
+            search = services.set_strategy(
+                search=search, strategy=f"{proposer.strategy}: {proposer.why}"
+            )
+            live.search_changed(search)
+        while room > 0:
+            proposal = proposer.next(selectors.tried_of(search))
             if proposal is None:
                 if in_flight == 0:
                     search = services.request_stop(
@@ -286,6 +438,12 @@ class Loop:
                         rationale=proposal.rationale,
                         knob_values=proposal.knob_values,
                     )
+                except DuplicateCandidate as e:
+                    search = services.skip_variant(
+                        search=search, values=proposal.knob_values, reason=_message(e)
+                    )
+                    live.search_changed(search)
+                    continue
                 except services.DomainError as e:
                     log.info("search %s: no proposal recorded: %s", search.pk, e)
                     return
@@ -294,6 +452,7 @@ class Loop:
                     self.enqueue(trial, kind, attempt=1)
             live.trial_changed(trial)
             in_flight += 1
+            room -= 1
             search.refresh_from_db()
 
     def enqueue(self, trial: Trial, kind: str, attempt: int) -> None:
@@ -370,6 +529,11 @@ class Loop:
                 if trial.status != before or live.progress(trial, event) is not None:
                     changes.append((trial, event))
             live.trials_changed(self.search_id, changes)  # sent once this commits
+
+
+def _message(error: Exception) -> str:
+    messages = getattr(error, "messages", None)
+    return "; ".join(str(m) for m in messages) if messages else str(error)
 
 
 def coalesce(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

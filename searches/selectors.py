@@ -14,6 +14,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from kernels import problems as registry
+from kernels.engine.proposers import Tried
 from searches import roles
 from searches.models import FAILURES, Idea, Search, Trial, Worker
 
@@ -300,3 +301,26 @@ def problem_detail(name: Any) -> dict[str, Any]:
     }
     data["shape_rows"] = {tier: problem.shapes(tier) for tier in ("smoke", "full")}
     return data
+
+
+def tried_of(search: Search, trials=None, parent: Trial | None = None) -> list[Tried]:
+    """What the knob proposer has seen: the trials (all of the search's, or those given) and
+    the variants skipped while tuning `parent`'s knobs (None: the search's start)."""
+    rows = (
+        trials if trials is not None else search.trials.only("knob_values", "geomean_ms", "status")
+    )
+    tried = [
+        Tried(
+            values=t.knob_values or {},
+            geomean_ms=t.geomean_ms,
+            failed=t.status == Trial.Status.FAILED,
+            pending=t.status in Trial.IN_FLIGHT,
+        )
+        for t in rows
+    ]
+    tried += [
+        Tried(values=e.get("values") or {}, geomean_ms=None, failed=False, skipped=True)
+        for e in search.skipped or []
+        if isinstance(e, dict) and e.get("parent") == (parent.index if parent else None)
+    ]
+    return tried

@@ -13,7 +13,10 @@ through here, and may retry any call after a crash:
     if not trial.terminal:
         trial = mark_trial_queued(trial=trial, job_id=new_id)   # enqueue on commit
     ... worker: mark_trial_phase(trial=..., phase="compiling"), "verifying", "benchmarking"
-    trial = record_result(trial=trial, report=report, gpu_seconds=s)   # kept / reverted / failed
+    trial = record_result(trial=trial, report=report, gpu_seconds=s)   # failed / reverted / kept,
+                                        # or confirming: a screening win to re-time
+    trial = record_confirmation(trial=trial, report=retimed)   # kept or reverted
+    search = record_table(search=search, timed=...)     # the per-shape table, when stopping
     reason = check_budget(search=search)
     if reason: request_stop(search=search, reason=reason); finish_search(...) once none in flight
 
@@ -39,9 +42,9 @@ from django.db.models import Max
 from django.utils import timezone
 
 from kernels import problems as registry
+from kernels.engine import compose, judge
 from kernels.harness.static import MAX_SOURCE_BYTES, check_source
 from kernels.knobs import KnobError, parse_knobs
-from kernels.tuner import is_improvement
 from searches import roles
 from searches.errors import DomainError, DuplicateCandidate, InvalidReport, UnknownWorker
 from searches.models import (
@@ -70,7 +73,7 @@ MAX_TEXT = 100_000
 MAX_REQUEST_KEY = 100
 MAX_JOB_ID = 100
 MAX_PLATEAU_PATIENCE = 100_000
-UNTIMED_ON_INTERPRETER = "timings not meaningful on the interpreter"
+UNTIMED_ON_INTERPRETER = judge.UNTIMED_ON_INTERPRETER
 
 _UNCHANGED: Any = object()
 
@@ -605,7 +608,9 @@ def mark_trial_phase(*, trial: Trial, phase: str) -> Trial:
 
 @transaction.atomic
 def record_result(*, trial: Trial, report: Mapping[str, Any], gpu_seconds: float) -> Trial:
-    """Judge a finished evaluation: failed, kept (the new incumbent) or reverted.
+    """Judge a finished evaluation (`kernels.engine.judge.screen`): failed, reverted, kept
+    (the first incumbent), or confirming: a win on screening numbers, which is kept only once
+    an interleaved re-time against the incumbent confirms it (`record_confirmation`).
 
     Recording a trial that already has its verdict returns it unchanged, so an evaluation job
     that ran twice is counted once.
@@ -620,7 +625,7 @@ def record_result(*, trial: Trial, report: Mapping[str, Any], gpu_seconds: float
         raise DomainError({"gpu_seconds": [f"GPU seconds must be >= 0; got {gpu_seconds!r}."]})
     search = _lock_search(trial.search_id)
     locked = Trial.objects.select_for_update().get(pk=trial.pk)
-    if locked.terminal:
+    if locked.terminal or locked.status == Trial.Status.CONFIRMING:
         return locked
 
     summary = report.get("summary") or {}
@@ -635,21 +640,84 @@ def record_result(*, trial: Trial, report: Mapping[str, Any], gpu_seconds: float
     locked.speedup_eager = _number(summary.get("geomean_speedup_eager"))
     locked.speedup_compiled = _number(summary.get("geomean_speedup_compiled"))
     locked.gpu_seconds = float(gpu_seconds)
+    search.gpu_seconds += float(gpu_seconds)
+    search.save(update_fields=["gpu_seconds"])
 
     if report["verdict"] == "rejected":
-        status = Trial.Status.FAILED
         locked.failure = report["failure"]
         locked.reasons = list(report["reasons"]) or [report["failure"]]
-    else:
-        status, why = _judge(locked, search.incumbent)
-        locked.failure = None
-        locked.reasons = [why]
-    locked.conclude(status, timezone.now())
-    locked.save()
+        return _conclude(search, locked, Trial.Status.FAILED)
+    incumbent = search.incumbent
+    verdict = judge.screen(locked.numbers(), incumbent.numbers() if incumbent else None)
+    locked.failure = None
+    locked.reasons = [verdict.reason]
+    if verdict.status == judge.CONFIRM:
+        locked.status = Trial.Status.CONFIRMING
+        locked.job_id = None  # the confirmation gets a job of its own (orchestrator)
+        locked.confirmation = {
+            "against": incumbent.pk,
+            "against_index": incumbent.index,
+            "screened": verdict.reason,
+        }
+        locked.save()
+        return locked
+    return _conclude(search, locked, verdict.status)
 
-    search.gpu_seconds += float(gpu_seconds)
+
+@transaction.atomic
+def record_confirmation(*, trial: Trial, report: Any) -> Trial:
+    """Keep or revert a confirming trial from its interleaved re-time (`kernels.engine.judge.
+    confirm`). `report` is the worker's [incumbent, challenger] numbers, or anything else for
+    a re-time that failed (reverted: an unconfirmed win is not a win).
+
+    When another trial was kept meanwhile, the re-time was against an old incumbent: the trial
+    is screened again against the new one and, if still a win, waits for a new confirmation.
+    """
+    search = _lock_search(trial.search_id)
+    locked = Trial.objects.select_for_update().get(pk=trial.pk)
+    if locked.status != Trial.Status.CONFIRMING:
+        return locked
+    confirmation = dict(locked.confirmation or {})
+    incumbent = search.incumbent
+    if incumbent is None or incumbent.pk != confirmation.get("against"):
+        return _rescreen(search, locked, incumbent)
+    screened = judge.Verdict(judge.CONFIRM, confirmation.get("screened") or "")
+    pair = report if isinstance(report, list) else None
+    if pair is not None:
+        confirmation["retimed"] = storable_json(
+            {"incumbent": pair[0], "challenger": pair[1]} if len(pair) == 2 else pair,
+            error=InvalidReport,
+        )
+    if isinstance(report, Mapping) and report.get("error"):
+        verdict = judge.unconfirmed(screened, f"re-time failed: {str(report['error'])[:300]}")
+    else:
+        verdict = judge.confirm(screened, pair)
+    locked.confirmation = confirmation
+    locked.reasons = [verdict.reason]
+    return _conclude(search, locked, verdict.status)
+
+
+def _rescreen(search: Search, trial: Trial, incumbent: Trial | None) -> Trial:
+    verdict = judge.screen(trial.numbers(), incumbent.numbers() if incumbent else None)
+    trial.reasons = [verdict.reason]
+    if verdict.status != judge.CONFIRM:
+        return _conclude(search, trial, verdict.status)
+    trial.job_id = None
+    trial.confirmation = {
+        "against": incumbent.pk,
+        "against_index": incumbent.index,
+        "screened": verdict.reason,
+    }
+    trial.save()
+    return trial
+
+
+def _conclude(search: Search, trial: Trial, status: str) -> Trial:
+    """A verdict for a trial of `search` (both rows locked), with the search's counters."""
+    trial.conclude(status, timezone.now())
+    trial.save()
     if status == Trial.Status.KEPT:
-        search.incumbent = locked
+        search.incumbent = trial
         search.trials_kept += 1
         search.trials_since_improvement = 0
     else:
@@ -658,42 +726,88 @@ def record_result(*, trial: Trial, report: Mapping[str, Any], gpu_seconds: float
         if search.incumbent_id is not None:
             search.trials_since_improvement += 1
     search.save(
-        update_fields=[
-            "gpu_seconds",
-            "incumbent",
-            "trials_kept",
-            "trials_failed",
-            "trials_since_improvement",
-        ]
+        update_fields=["incumbent", "trials_kept", "trials_failed", "trials_since_improvement"]
     )
+    return trial
+
+
+@transaction.atomic
+def mark_confirmation_queued(*, trial: Trial, job_id: str) -> Trial:
+    """The confirming trial's re-time job was enqueued under `job_id` (on commit)."""
+    if not isinstance(job_id, str) or not job_id or len(job_id) > MAX_JOB_ID:
+        raise DomainError({"job_id": ["A job id is 1-100 characters."]})
+    locked = Trial.objects.select_for_update().get(pk=trial.pk)
+    if locked.status != Trial.Status.CONFIRMING:
+        raise DomainError(f"trial {locked.index} is {locked.status}, not confirming")
+    if locked.job_id != job_id:
+        locked.job_id = job_id
+        locked.attempts += 1
+        locked.save(update_fields=["job_id", "attempts", "updated_at"])
     return locked
 
 
-def _judge(trial: Trial, incumbent: Trial | None) -> tuple[str, str]:
-    """Keep or revert an accepted trial against the search's incumbent: (status, one line)."""
-    kept, reverted = Trial.Status.KEPT, Trial.Status.REVERTED
-    if incumbent is None:
-        return kept, "first correct candidate: the starting incumbent"
-    if trial.geomean_ms is None:
-        if INTERPRET in (trial.device_kind, incumbent.device_kind):
-            return reverted, UNTIMED_ON_INTERPRETER
-        return reverted, "correct but untimed: cannot be ranked against the incumbent"
-    if incumbent.geomean_ms is None:
-        return kept, "first timed correct candidate: replaces an untimed incumbent"
-    if trial.device_kind != incumbent.device_kind:
-        return reverted, (
-            f"timed on {trial.device_kind or '?'} but the incumbent on "
-            f"{incumbent.device_kind or '?'}: not comparable"
+@transaction.atomic
+def skip_variant(
+    *, search: Search, values: Mapping[str, Any], reason: str, parent: Trial | None = None
+) -> Search:
+    """A knob variant the tuner did not evaluate (its source repeats an earlier trial's):
+    recorded with the reason, shown on the search page, and counted as tried. `parent`: the
+    LLM candidate whose knobs were being tuned (None: the search's own start)."""
+    locked = _lock_search(search)
+    entry = {
+        "values": storable_json(dict(values), error=DomainError),
+        "reason": _reason(reason)[:500],
+        "parent": parent.index if parent is not None else None,
+        "at": timezone.now().isoformat(),
+    }
+    same = (entry["values"], entry["parent"])
+    if not any((e.get("values"), e.get("parent")) == same for e in locked.skipped):
+        locked.skipped = [*locked.skipped, entry]
+        locked.save(update_fields=["skipped"])
+    return locked
+
+
+@transaction.atomic
+def set_strategy(*, search: Search, strategy: str) -> Search:
+    locked = _lock_search(search)
+    text = _reason(strategy)[:500]
+    if locked.strategy != text:
+        locked.strategy = text
+        locked.save(update_fields=["strategy"])
+    return locked
+
+
+@transaction.atomic
+def mark_table_queued(*, search: Search, job_id: str | None) -> Search:
+    locked = _lock_search(search)
+    locked.table_job_id = job_id
+    locked.save(update_fields=["table_job_id"])
+    return locked
+
+
+@transaction.atomic
+def record_table(*, search: Search, timed: Any, kernels: list[int]) -> Search:
+    """The search's per-shape dispatch table (`kernels.engine.compose.build`) from the worker's
+    interleaved timing of the chosen trials (`kernels` are their indices) and the baselines;
+    anything unusable is recorded as the table's error, so the search can still finish."""
+    locked = _lock_search(search)
+    try:
+        table = compose.build(
+            timed["labels"],
+            timed["shapes"],
+            kernels,
+            timed["kernels"],
+            timed["baselines"],
         )
-    if trial.noise is None or incumbent.noise is None:
-        return reverted, "noise not measured: a win must exceed the measured noise"
-    margin = trial.noise + incumbent.noise
-    versus = (
-        f"{trial.geomean_ms:.4g} ms vs incumbent {incumbent.geomean_ms:.4g} ms (noise {margin:.1%})"
-    )
-    if is_improvement(trial.numbers(), incumbent.numbers()):
-        return kept, f"{versus}: faster beyond noise"
-    return reverted, f"{versus}: not faster beyond noise"
+        if timed.get("verdict") != "accepted":
+            table["note"] = "; ".join(str(r) for r in timed.get("reasons") or [])[:1000]
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
+        error = timed.get("error") if isinstance(timed, Mapping) else None
+        table = {"error": str(error or f"the worker's timings were not usable: {e}")[:500]}
+    locked.table = storable_json(table, error=InvalidReport)
+    locked.table_job_id = None
+    locked.save(update_fields=["table", "table_job_id"])
+    return locked
 
 
 def _clean_report(report: Any) -> dict[str, Any]:

@@ -360,22 +360,17 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap, send) -> bool:
     return True
 
 
-def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_cache) -> None:
-    dtype = getattr(torch, spec["dtype"])
-    seeds = spec["seeds"][i]
-    out_dir = Path(spec["out_dir"]) / f"s{i}"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    l2 = int(spec.get("l2_bytes") or (50 << 20))
-    rng = random.Random(seeds["final"])
-    a = problem.make_inputs(shape, dtype, "cuda", seeds["final"])
-    flush = timing.L2Flusher(l2, "cuda")
-
+def _timed_functions(i, spec, cands, compiled_cache, notes) -> dict[str, object]:
+    """What is timed on shape i. `full`: the candidates and both baselines; `screen`: the
+    candidates, plus the eager baseline on the canary shape (the caller holds cached baseline
+    timings and checks them against it); `baselines`: eager and compiled only."""
+    mode = spec.get("timing", "full")
     fns: dict[str, object] = {}
     for c, cand in enumerate(cands):
         fns[f"candidate{c}"] = cand
-    fns["eager"] = problem.module.reference
-    notes: list[str] = []
-    if spec.get("baselines_compiled", True):
+    if mode != "screen" or i == spec.get("canary"):
+        fns["eager"] = None  # filled in by the caller: the reference
+    if mode != "screen" and spec.get("baselines_compiled", True):
         comp = compiled_cache.get("fn")
         if comp is not None and i in compiled_cache.get("ok_shapes", ()):
             fns["compiled"] = comp
@@ -386,18 +381,51 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
             )
         else:
             notes.append(compiled_cache.get("error", "torch.compile baseline unavailable"))
+    return fns
+
+
+def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_cache) -> None:
+    dtype = getattr(torch, spec["dtype"])
+    seeds = spec["seeds"][i]
+    out_dir = Path(spec["out_dir"]) / f"s{i}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    l2 = int(spec.get("l2_bytes") or (50 << 20))
+    rng = random.Random(seeds["final"])
+    a = problem.make_inputs(shape, dtype, "cuda", seeds["final"])
+    flush = timing.L2Flusher(l2, "cuda")
+    screening = spec.get("timing") == "screen"
+    # Screening stops adaptively once the medians are tight; the GPU is warmed up once, on the
+    # first shape, since the shapes are then timed back to back.
+    rel_ci = float(spec.get("rel_ci") or 0.01) if screening else None
+    warmup_s = timing.WARMUP_S if not screening or i == 0 else 0.0
+
+    notes: list[str] = []
+    fns = _timed_functions(i, spec, cands, compiled_cache, notes)
+    if "eager" in fns:
+        fns["eager"] = problem.module.reference
+
+    def call(f, inputs):
+        return f(inputs) if isinstance(f, Candidate) else f(*inputs)
 
     with torch.no_grad():
         for f in fns.values():
             for _ in range(3):
-                f(a) if isinstance(f, Candidate) else f(*a)
+                call(f, a)
         torch.cuda.synchronize()
-        quick = timing.quick_ms(lambda: cands[0](a), flush)
+        # The mode is one per shape for every function timed: the caller's (`modes`, so that a
+        # screened candidate is timed as its cached baselines were), else the fastest function's
+        # quick time decides (the candidate's, or the baselines' when there is none).
+        quick = {n: timing.quick_ms(lambda f=f: call(f, a), flush) for n, f in fns.items()}
+        wanted = (spec.get("modes") or {}).get(str(i))
+        if wanted not in ("graph", "events"):
+            first = [n for n in fns if n.startswith("candidate")] or list(fns)
+            fastest = min(quick[n] for n in first)
+            wanted = "graph" if fastest < timing.GRAPH_THRESHOLD_MS else "events"
         set_bytes = sum(x.numel() * x.element_size() for x in a)
         results = None
         holders: dict[str, object] = {}
         mode = "events"
-        if quick < timing.GRAPH_THRESHOLD_MS:
+        if wanted == "graph":
             try:
                 nsets = max(1, min(32, math.ceil(2.5 * l2 / max(set_bytes, 1))))
                 sets = [a] + [
@@ -410,18 +438,18 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
                 reps = math.ceil(reps / nsets) * nsets
                 samplers, div = {}, {}
                 for name, f in fns.items():
-                    calls = [
-                        (lambda s=s, f=f: f(s))
-                        if isinstance(f, Candidate)
-                        else (lambda s=s, f=f: f(*s))
-                        for s in sets
-                    ]
+                    calls = [(lambda s=s, f=f: call(f, s)) for s in sets]
                     g, outs = timing.capture(calls, reps)
                     holders[name] = (g, outs)
                     samplers[name] = timing.graph_sampler(g)
                     div[name] = reps
                 results = timing.interleaved(
-                    samplers, per_call_divisor=div, budget_s=spec["budget_s"], rng=rng
+                    samplers,
+                    per_call_divisor=div,
+                    budget_s=spec["budget_s"],
+                    rng=rng,
+                    rel_ci=rel_ci,
+                    warmup_s=warmup_s,
                 )
                 mode = "graph"
                 timed_out = {n: h[1][0] for n, h in holders.items()}
@@ -436,20 +464,33 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
             samplers, div = {}, {}
             for name, f in fns.items():
 
-                def call(f=f, name=name):
-                    last[name] = f(a) if isinstance(f, Candidate) else f(*a)
+                def sample_call(f=f, name=name):
+                    last[name] = call(f, a)
 
-                samplers[name] = timing._event_sample(call, flush)
+                samplers[name] = timing._event_sample(sample_call, flush)
                 div[name] = 1
             results = timing.interleaved(
-                samplers, per_call_divisor=div, budget_s=spec["budget_s"], rng=rng
+                samplers,
+                per_call_divisor=div,
+                budget_s=spec["budget_s"],
+                rng=rng,
+                rel_ci=rel_ci,
+                warmup_s=warmup_s,
             )
             torch.cuda.synchronize()
             timed_out = last
         outputs = {}
         for c in range(len(cands)):
             outputs[f"timed{c}"] = write_tensor(timed_out[f"candidate{c}"], out_dir, f"timed{c}")
-    send(t="timed", i=i, mode=mode, ms=results, outputs=outputs, notes=notes, quick_ms=quick)
+    send(
+        t="timed",
+        i=i,
+        mode=mode,
+        ms=results,
+        outputs=outputs,
+        notes=notes,
+        quick_ms={n: round(q, 6) for n, q in quick.items()},
+    )
 
 
 def precompile_candidates(problem, shapes, spec, cands) -> int:
@@ -601,7 +642,7 @@ def run(spec: dict, send, recv) -> None:
         send(t="done", tamper=snap.changes(), ops={})
         return
     verified = True
-    if spec.get("verify", True):
+    if spec.get("verify", True) and cands:
         for i, shape in enumerate(shapes):
             send(t="progress", phase="verifying", i=i, n=len(shapes))
             if not verify_shape(i, shape, spec, problem, cands[0], snap, send):
@@ -610,12 +651,14 @@ def run(spec: dict, send, recv) -> None:
     if spec.get("e2e") and device != "cuda" and verified:
         end_to_end(spec, problem, cands[0], send)
     cache: dict = {}
-    if device == "cuda" and spec.get("time", True) and spec.get("baselines_compiled", True):
+    timed = device == "cuda" and spec.get("time", True)
+    if timed and spec.get("timing", "full") != "screen" and spec.get("baselines_compiled", True):
         # Compile the torch.compile baseline for every shape now, while the GPU is shared,
-        # so the exclusive timing phase is spent timing.
+        # so the exclusive timing phase is spent timing. (Screening takes the baselines'
+        # timings from the caller's cache and compiles nothing.)
         send(t="progress", phase="compiling_baselines")
         cache.update(precompile_baseline(problem, shapes, spec))
-    if device == "cuda" and spec.get("time", True):
+    if timed:
         send(t="want_gpu")
         if recv().get("go"):
             for i, shape in enumerate(shapes):

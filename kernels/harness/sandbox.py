@@ -436,17 +436,27 @@ class GpuLock:
     """Readers-writer lock per GPU across processes (flock): timing holds it exclusively,
     verification and reference computation hold it shared, so nothing else runs on the GPU
     while a candidate is being timed. Each acquisition opens its own file description, so
-    threads of one process exclude each other too."""
+    threads of one process exclude each other too.
+
+    Writers are not starved: flock alone grants a shared request while a writer waits, so with
+    several candidates verifying in turn a timing phase could wait for a gap that never comes.
+    Every acquisition first passes a turnstile (a second flock, held only while waiting), and a
+    writer holds it until it has the GPU: readers that come after a waiting writer queue behind
+    it, readers already in keep the GPU until they are done.
+    """
 
     def __init__(self, key: str, shared: bool = False) -> None:
         safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in key)
         self.path = Path(tempfile.gettempdir()) / f"autoweb-gpu-{safe}.lock"
+        self.turnstile = self.path.with_suffix(".turnstile")
         self.shared = shared
         self._fh = None
 
     def acquire(self) -> GpuLock:
-        self._fh = open(self.path, "a")  # noqa: SIM115 - held for the lock's lifetime
-        fcntl.flock(self._fh, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
+        with open(self.turnstile, "a") as gate:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            self._fh = open(self.path, "a")  # noqa: SIM115 - held for the lock's lifetime
+            fcntl.flock(self._fh, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
         return self
 
     def release(self) -> None:

@@ -1,14 +1,20 @@
 """GPU timing used inside the sandboxed runner: events, L2 flush, CUDA graphs, interleaving.
 
-Method (DESIGN.md, Measurement): warm up; flush L2 between calls (or rotate input sets larger
-than L2 under graphs); CUDA events; many samples, median and interquartile spread; all
+Method (docs/harness.md, Measurement): warm up; flush L2 between calls (or rotate input sets
+larger than L2 under graphs); CUDA events; many samples, median and interquartile spread; all
 functions of one shape interleaved in random order, round by round, in one process; kernels
 under ~50 us are timed by replaying a CUDA graph of several calls, which removes launch gaps
 for the candidate and the baselines alike.
+
+Two budgets: a fixed one (at least MIN_SAMPLES and `budget_s` of sampling per shape) for
+confirmations, baselines and plain evaluations, and an adaptive one for screening, which stops
+as soon as the 95% confidence interval of every median is within `rel_ci` of it (at least
+SCREEN_MIN_SAMPLES samples, never past `budget_s`), as do_bench-style tools do.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -20,10 +26,25 @@ import triton.language as tl
 
 GRAPH_THRESHOLD_MS = 0.05
 MIN_SAMPLES = 25
+SCREEN_MIN_SAMPLES = 10
 MAX_SAMPLES = 200
 GRAPH_REPS = 20
 WARMUP_S = 0.05
 SLEEP_CYCLES = 200_000  # ~100 us at H100/H200 clocks
+
+
+def median_ci(samples: Sequence[float]) -> float | None:
+    """Half-width of the distribution-free 95% confidence interval of the median, relative to
+    the median: order statistics j, k = n/2 -+ 1.96 sqrt(n)/2 (None below 6 samples)."""
+    s = sorted(samples)
+    n = len(s)
+    if n < 6:
+        return None
+    half = 1.96 * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half) - 1)
+    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
+    med = statistics.median(s)
+    return (s[hi] - s[lo]) / (2 * med) if med > 0 else None
 
 
 def stats(samples: Sequence[float]) -> dict:
@@ -39,6 +60,7 @@ def stats(samples: Sequence[float]) -> dict:
         "max": s[-1],
         "n": n,
         "spread": (q[2] - q[0]) / med if med > 0 else None,
+        "ci": median_ci(s),
     }
 
 
@@ -156,17 +178,26 @@ def interleaved(
     per_call_divisor: dict[str, int],
     budget_s: float,
     rng: random.Random,
+    rel_ci: float | None = None,
+    warmup_s: float = WARMUP_S,
 ) -> dict[str, dict]:
-    """Take samples from each sampler in shuffled order each round until budget or MAX."""
+    """Take samples from each sampler in shuffled order each round.
+
+    Fixed budget (`rel_ci` None): until MIN_SAMPLES and `budget_s`, or MAX_SAMPLES. Adaptive
+    (screening): from SCREEN_MIN_SAMPLES on, stop once every median's confidence interval is
+    within `rel_ci`; `budget_s` is then the most it may take.
+    """
     names = list(samplers)
     samples: dict[str, list[float]] = {n: [] for n in names}
     # Warm up by time, not count: clocks ramp from idle and a few microsecond-long calls
-    # would be timed at the low clock.
+    # would be timed at the low clock. A caller timing shapes back to back warms up once.
     t0 = time.perf_counter()
-    while time.perf_counter() - t0 < WARMUP_S:
+    while True:
         for n in names:
             samplers[n]()
         torch.cuda.synchronize()
+        if time.perf_counter() - t0 >= warmup_s:
+            break
     t0 = time.perf_counter()
     while True:
         order = names[:]
@@ -176,9 +207,22 @@ def interleaved(
         for n, (s, e) in pending:
             samples[n].append(s.elapsed_time(e) / per_call_divisor[n])
         k = len(samples[names[0]])
-        if k >= MAX_SAMPLES or (k >= MIN_SAMPLES and time.perf_counter() - t0 > budget_s):
+        elapsed = time.perf_counter() - t0
+        if k >= MAX_SAMPLES:
+            break
+        if rel_ci is None:
+            if k >= MIN_SAMPLES and elapsed > budget_s:
+                break
+        elif k >= SCREEN_MIN_SAMPLES and (
+            elapsed > budget_s or all(_tight(v, rel_ci) for v in samples.values())
+        ):
             break
     return {n: stats(v) for n, v in samples.items()}
+
+
+def _tight(samples: list[float], rel_ci: float) -> bool:
+    ci = median_ci(samples)
+    return ci is not None and ci <= rel_ci
 
 
 def graph_sampler(graph) -> Callable[[], tuple]:

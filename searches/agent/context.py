@@ -18,7 +18,6 @@ from searches.agent.prompt import (
     TrialNote,
 )
 from searches.models import Search, SearchNote, Trial, Worker
-from searches.proposers import start_source
 
 INTERPRET = "interpret"
 MAX_NOTES = 20
@@ -155,7 +154,7 @@ def gather(search: Search, kind: str) -> PromptInput:
         search_prohibitions=idea.prohibition_list,
         model_packs=[p for p in model_packs if p is not None],
         incumbent=incumbent,
-        start_source=start_source(idea) if inc is None else "",
+        start_source=idea.start_source() if inc is None else "",
         history=history,
         notes=notes,
     )

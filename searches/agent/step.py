@@ -19,21 +19,16 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
+from kernels.engine.proposers import KnobProposer, Tried
 from kernels.knobs import KnobError, parse_knobs
-from searches import live, services
+from searches import live, selectors, services
 from searches.agent import context, llm, prompt, reply
+from searches.errors import DuplicateCandidate
 from searches.models import LLM_PREFIX, Search, StopReason, Trial
-from searches.proposers import Tried, TunerProposer
 
 log = logging.getLogger(__name__)
 
-IN_FLIGHT = (
-    Trial.Status.PROPOSED,
-    Trial.Status.QUEUED,
-    Trial.Status.COMPILING,
-    Trial.Status.VERIFYING,
-    Trial.Status.BENCHMARKING,
-)
+IN_FLIGHT = Trial.IN_FLIGHT
 FLUSH_S = 0.25
 FLUSH_CHARS = 2000
 RENEW_S = 3.0
@@ -153,24 +148,22 @@ def tune(search: Search, *, capacity: int, enqueue: Callable[[Trial], None]) -> 
     left = settings.AUTOWEB_LLM_TUNE_TRIALS - len(children)
     if left <= 0:
         return False
-    tried = [Tried(values=base.knob_values, geomean_ms=base.geomean_ms, failed=False)] + [
-        Tried(
-            values=t.knob_values or {},
-            geomean_ms=t.geomean_ms,
-            failed=t.status == Trial.Status.FAILED,
-            pending=t.status in IN_FLIGHT,
-        )
-        for t in children
-    ]
+    tried = [Tried(values=base.knob_values, geomean_ms=base.geomean_ms, failed=False)]
+    tried += selectors.tried_of(search, children, parent=base)
     try:
-        tuner = TunerProposer(base.source, seed=search.seed)
+        tuner = KnobProposer(
+            base.source, budget=settings.AUTOWEB_LLM_TUNE_TRIALS + 1, seed=search.seed
+        )
     except KnobError:
         return False
     proposed = False
-    for _ in range(min(capacity, left)):
+    while capacity > 0 and left > 0:
         proposal = tuner.next(tried)
         if proposal is None:
             break
+        tried.append(
+            Tried(values=proposal.knob_values, geomean_ms=None, failed=False, pending=True)
+        )
         with transaction.atomic():
             try:
                 trial = services.record_proposal(
@@ -181,18 +174,25 @@ def tune(search: Search, *, capacity: int, enqueue: Callable[[Trial], None]) -> 
                     rationale=f"{proposal.rationale}; tuning trial {base.index}'s knobs",
                     knob_values=proposal.knob_values,
                 )
+            except DuplicateCandidate as e:
+                # The variant's source was already tried: say so, and try the next variant.
+                reason = "; ".join(e.messages)
+                search = services.skip_variant(
+                    search=search, values=proposal.knob_values, reason=reason, parent=base
+                )
+                live.search_changed(search)
+                continue
             except services.DomainError as e:
-                # e.g. the configuration was already tried elsewhere: hand over to the model
+                # e.g. out of trials: hand over to the model
                 log.info("search %s: no tuner proposal recorded: %s", search.pk, e)
                 break
             trial = services.screen_trial(trial=trial)
             if not trial.terminal:
                 enqueue(trial)
         live.trial_changed(trial)
-        tried.append(
-            Tried(values=proposal.knob_values, geomean_ms=None, failed=False, pending=True)
-        )
         proposed = True
+        capacity -= 1
+        left -= 1
     return proposed
 
 

@@ -234,6 +234,7 @@ def lock_key() -> Iterator[str]:
     key = f"test-{uuid.uuid4().hex}"
     yield key
     GpuLock(key).path.unlink(missing_ok=True)
+    GpuLock(key).turnstile.unlink(missing_ok=True)
 
 
 def _acquire_in_thread(lock: GpuLock) -> threading.Event:
@@ -283,6 +284,29 @@ def test_two_shared_holders_coexist(lock_key: str) -> None:
     finally:
         first.release()
         second.release()
+
+
+def test_a_waiting_writer_goes_before_readers_that_come_after_it(lock_key: str) -> None:
+    # Without the turnstile a reader arriving while the writer waits would be let in beside the
+    # first reader, and a stream of such readers would starve the writer (the timing phase).
+    first = GpuLock(lock_key, shared=True).acquire()
+    writer = GpuLock(lock_key)
+    late = GpuLock(lock_key, shared=True)
+    try:
+        writer_got = _acquire_in_thread(writer)
+        time.sleep(0.3)  # the writer is waiting now
+        late_got = _acquire_in_thread(late)
+
+        assert not late_got.wait(0.5)
+        first.release()
+        assert writer_got.wait(5)
+        assert not late_got.wait(0.3)
+        writer.release()
+        assert late_got.wait(5)
+    finally:
+        first.release()
+        writer.release()
+        late.release()
 
 
 def test_the_lock_works_as_a_context_manager(lock_key: str) -> None:
