@@ -168,7 +168,7 @@ class Tuner:
         if failure is not None or report is None:
             status = FAILED
         else:
-            status, reason, retimed = self._judge(proposal, report, numbers, index)
+            status, reason, retimed = self._judge(proposal, report, numbers)
         summary = (report or {}).get("summary") or {}
         record: TrialRecord = {
             "index": index,
@@ -196,7 +196,7 @@ class Tuner:
         return record
 
     def _judge(
-        self, proposal: Proposal, report: Report, numbers: Numbers, index: int
+        self, proposal: Proposal, report: Report, numbers: Numbers
     ) -> tuple[str, str, dict[str, dict[str, Any]] | None]:
         """Keep or revert an accepted config: (status, reason, retimed numbers or None)."""
         incumbent = self._incumbent
@@ -220,8 +220,6 @@ class Tuner:
             self._incumbent = _Incumbent(
                 dict(proposal.knob_values), proposal.source, report, numbers
             )
-            if incumbent is None and index == 0:
-                return KEPT, "starting config (baseline)", retimed
         return verdict.status, verdict.reason, retimed
 
     # -- the per-shape table ------------------------------------------------------------------

@@ -77,5 +77,20 @@ def rejected(failure: str = "incorrect", *reasons: str) -> dict:
     }
 
 
-def judge(trial: Trial, report: dict, gpu_seconds: float = 2.0) -> Trial:
-    return services.record_result(trial=trial, report=report, gpu_seconds=gpu_seconds)
+def judge(trial: Trial, report: dict, gpu_seconds: float = 2.0, *, confirm: bool = True) -> Trial:
+    """Record a result as the orchestrator does; a screening win is then confirmed by a re-time
+    that repeats both sides' screening numbers (`confirm=False` leaves it confirming)."""
+    trial = services.record_result(trial=trial, report=report, gpu_seconds=gpu_seconds)
+    if confirm and trial.status == Trial.Status.CONFIRMING:
+        trial = confirmed(trial)
+    return trial
+
+
+def confirmed(trial: Trial, retimed: list[dict] | None = None) -> Trial:
+    """Record the confirming trial's interleaved re-time: `retimed` ([incumbent, challenger]),
+    by default both sides' own screening numbers again."""
+    trial.refresh_from_db()
+    if retimed is None:
+        against = Trial.objects.get(pk=trial.confirmation["against"])
+        retimed = [against.numbers().as_dict(), trial.numbers().as_dict()]
+    return services.record_confirmation(trial=trial, report=retimed)

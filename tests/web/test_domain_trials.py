@@ -11,6 +11,7 @@ from searches.errors import DomainError, DuplicateCandidate, IllegalTransition, 
 from searches.models import Search, Trial
 from tests.web.domain import (
     accepted,
+    confirmed,
     idea_kwargs,
     interpreted,
     judge,
@@ -268,13 +269,83 @@ def test_the_first_accepted_trial_becomes_the_incumbent(search):
     assert (s.incumbent_id, s.trials_kept, s.trials_failed, s.gpu_seconds) == (trial.pk, 1, 0, 3.5)
 
 
-def test_a_trial_faster_beyond_noise_is_kept_as_the_new_incumbent(search):
-    judge(propose(search, 1), accepted(ms=0.50, noise=0.01))
-    faster = judge(propose(search, 2), accepted(ms=0.40, noise=0.01))
-    assert faster.status == T.KEPT
-    assert faster.reason == "0.4 ms vs incumbent 0.5 ms (noise 2.0%): faster beyond noise"
+def test_a_trial_faster_beyond_noise_waits_for_confirmation_before_it_is_kept(search):
+    incumbent = judge(propose(search, 1), accepted(ms=0.50, noise=0.01))
+    faster = judge(propose(search, 2), accepted(ms=0.40, noise=0.01), confirm=False)
+    assert faster.status == T.CONFIRMING and not faster.terminal
+    assert faster.reason == (
+        "0.4 ms vs incumbent 0.5 ms (noise 2.0%): faster beyond noise, to be confirmed"
+    )
+    assert faster.confirmation == {
+        "against": incumbent.pk,
+        "against_index": 1,
+        "screened": faster.reason,
+    }
+    assert (_search().incumbent_id, _search().trials_kept) == (incumbent.pk, 1)
+
+    kept = confirmed(
+        faster, [{"geomean_ms": 0.5, "noise": 0.005}, {"geomean_ms": 0.41, "noise": 0.005}]
+    )
+
+    assert kept.status == T.KEPT
+    assert kept.reason == (
+        "0.4 ms vs incumbent 0.5 ms (noise 2.0%): faster beyond noise; "
+        "re-timed interleaved: 0.41 ms vs 0.5 ms: confirmed"
+    )
+    assert kept.confirmation["retimed"]["challenger"]["geomean_ms"] == 0.41
     s = _search()
-    assert (s.incumbent_id, s.trials_kept, s.trials_since_improvement) == (faster.pk, 2, 0)
+    assert (s.incumbent_id, s.trials_kept, s.trials_since_improvement) == (kept.pk, 2, 0)
+
+
+def test_a_screening_win_the_retime_does_not_confirm_is_reverted(search):
+    incumbent = judge(propose(search, 1), accepted(ms=0.50, noise=0.01))
+    faster = judge(propose(search, 2), accepted(ms=0.40, noise=0.01), confirm=False)
+
+    refuted = confirmed(
+        faster, [{"geomean_ms": 0.45, "noise": 0.01}, {"geomean_ms": 0.445, "noise": 0.01}]
+    )
+
+    assert refuted.status == T.REVERTED
+    assert refuted.reason.endswith("re-timed interleaved: 0.445 ms vs 0.45 ms: not confirmed")
+    s = _search()
+    assert (s.incumbent_id, s.trials_kept, s.trials_since_improvement) == (incumbent.pk, 1, 1)
+
+
+def test_a_lost_or_failed_retime_reverts_the_win(search):
+    judge(propose(search, 1), accepted(ms=0.50))
+    faster = judge(propose(search, 2), accepted(ms=0.40), confirm=False)
+
+    reverted = services.record_confirmation(trial=faster, report={"error": "no such problem"})
+
+    assert reverted.status == T.REVERTED
+    assert reverted.reason.endswith("; re-time failed: no such problem")
+
+
+def test_a_win_confirmed_against_an_incumbent_since_replaced_is_screened_again(search):
+    judge(propose(search, 1), accepted(ms=0.50))
+    slower_win = judge(propose(search, 2), accepted(ms=0.45), confirm=False)
+    better = judge(propose(search, 3), accepted(ms=0.30), confirm=False)
+    # trial 3 is confirmed first (say trial 2's re-time was lost and re-run)
+    better = confirmed(better)
+    assert better.status == T.KEPT
+
+    # trial 2's re-time against trial 1 arrives: it no longer says anything about trial 3
+    after = confirmed(
+        slower_win, [{"geomean_ms": 0.50, "noise": 0.01}, {"geomean_ms": 0.45, "noise": 0.01}]
+    )
+
+    assert after.status == T.REVERTED
+    assert after.reason == "0.45 ms vs incumbent 0.3 ms (noise 2.0%): not faster beyond noise"
+    assert _search().incumbent_id == better.pk
+
+
+def test_recording_a_confirming_trial_again_changes_nothing(search):
+    judge(propose(search, 1), accepted(ms=0.50))
+    trial = judge(propose(search, 2), accepted(ms=0.40), confirm=False)
+
+    again = judge(trial, rejected("crashed"), confirm=False)
+
+    assert again.status == T.CONFIRMING and again.failure is None
 
 
 @pytest.mark.parametrize(("ms", "noise"), [(0.495, 0.01), (0.49, 0.02), (0.6, 0.01), (0.5, 0.0)])
