@@ -142,6 +142,9 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 # A GPU worker counts as online while its last heartbeat is at most this many seconds old.
 AUTOWEB_WORKER_ONLINE_S = envint("AUTOWEB_WORKER_ONLINE_S", 30, minimum=1)
+# `manage.py up`: GPU worker processes per visible GPU. They share the GPU's timing lock, so one
+# candidate is timed alone while the others compile and verify.
+AUTOWEB_WORKERS_PER_GPU = envint("AUTOWEB_WORKERS_PER_GPU", 4, minimum=1)
 
 # --- channels ---------------------------------------------------------------------------------
 

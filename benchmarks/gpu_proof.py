@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels import knobs, problems  # noqa: E402
+from kernels.engine.tuner import Tuner  # noqa: E402
 from kernels.harness import device as devmod  # noqa: E402
 from kernels.harness import evaluate, retime  # noqa: E402
 from kernels.harness.sandbox import Pool  # noqa: E402
-from kernels.tuner import Tuner  # noqa: E402
 
 _print_lock = threading.Lock()
 HONEST_FULL = True

@@ -174,6 +174,8 @@ def cmd_tune(args) -> int:
         raise UsageError("--trials must be at least 1")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if args.minutes is not None and not args.minutes > 0:
+        raise UsageError("--minutes must be above 0")
     if not 0 < args.rel_ci < 1:
         raise UsageError("--rel-ci is a fraction between 0 and 1, e.g. 0.01")
     try:
@@ -219,6 +221,7 @@ def cmd_tune(args) -> int:
             seed=args.seed,
             on_trial=on_trial,
             jobs=args.jobs,
+            max_minutes=args.minutes,
         )
         print(f"strategy: {tuner.strategy}: {tuner.proposer.why}", flush=True)
         result = tuner.run()
@@ -363,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.01,
         help="screening stops timing a shape once its median's 95%% CI is within this fraction",
+    )
+    p.add_argument(
+        "--minutes", type=float, default=None, help="stop proposing after this many minutes"
     )
     p.add_argument(
         "--no-cache", action="store_true", help="time the baselines with every candidate"

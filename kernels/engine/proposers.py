@@ -79,7 +79,7 @@ class KnobProposer:
             )
         else:
             self.strategy = MODEL_BASED
-            self.startup = min(MAX_STARTUP, max(4, budget // 4))
+            self.startup = min(MAX_STARTUP, max(4, budget // 4), budget)
             self.why = (
                 f"the budget ({budget}) is below the {self.size} configurations: the start and "
                 f"{self.startup - 1} space-filling picks, then optuna TPE on the results"

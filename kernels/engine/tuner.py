@@ -90,7 +90,10 @@ class Tuner:
         seed: int | None = None,
         on_trial: Callable[[TrialRecord], None] | None = None,
         jobs: int = 1,
+        max_minutes: float | None = None,
     ) -> None:
+        if max_minutes is not None and not max_minutes > 0:
+            raise ValueError(f"max_minutes must be above 0, got {max_minutes}")
         if trials < 1:
             raise ValueError(f"trials must be at least 1, got {trials}")
         if jobs < 1:
@@ -102,6 +105,8 @@ class Tuner:
         self.together = together
         self.on_trial = on_trial
         self.jobs = jobs
+        # A time budget: no new proposal once it is spent (those in flight finish).
+        self.max_minutes = max_minutes
         # KnobError here, before any evaluation
         self.proposer = KnobProposer(source, budget=trials, seed=seed or 0)
         self.knobs = self.proposer.knobs
@@ -120,7 +125,11 @@ class Tuner:
         inflight: deque[tuple[Proposal, int, Future]] = deque()
         with ThreadPoolExecutor(self.jobs) as pool:
             while True:
-                while len(inflight) < self.jobs and len(tried) < self.trials:
+                while (
+                    len(inflight) < self.jobs
+                    and len(tried) < self.trials
+                    and not self._out_of_time(started)
+                ):
                     proposal = self.proposer.next(tried)
                     if proposal is None:
                         break
@@ -138,6 +147,12 @@ class Tuner:
         table, table_sources = self._table()
         return self._result(screening_minutes, (time.perf_counter() - started) / 60, table,
                             table_sources)  # fmt: skip
+
+    def _out_of_time(self, started: float) -> bool:
+        return (
+            self.max_minutes is not None
+            and (time.perf_counter() - started) / 60 >= self.max_minutes
+        )
 
     # -- one trial ----------------------------------------------------------------------------
 
@@ -281,6 +296,8 @@ class Tuner:
                     "no timings (e.g. the CPU interpreter): configs were checked for "
                     "correctness only and not ranked; best is the first correct config"
                 )
+        if self.max_minutes is not None and len(records) < min(self.trials, self.space_size):
+            note += f"; stopped proposing at the time budget of {self.max_minutes:g} min"
         if self.trials > self.space_size:
             note += (
                 f"; the budget of {self.trials} trials is above the {self.space_size} "

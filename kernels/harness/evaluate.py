@@ -108,6 +108,7 @@ class _Run:
         self.final_digest: dict[int, str] = {}
         self.timed_ms: dict[int, dict] = {}  # the child's raw timing stats per shape
         self.cached: list[dict] | None = None  # baseline entries when screening
+        self.retiming = False  # several candidates (or one) timed together, not evaluated
         self.need_gpu: Callable[[], None] = lambda: None  # takes the GPU (shared) when needed
 
     def fail(self, category: str, reason: str) -> None:
@@ -439,6 +440,7 @@ def _evaluate(
     emit = on_event or (lambda e: None)
     run = _Run(problem, dev, shapes, seeds, dtype, on_event)
     run.cached = cached
+    run.retiming = not verify and bool(sources)
 
     if not skip_static_checks:
         for src in sources:
@@ -745,7 +747,7 @@ def _on_timed(run: _Run, msg: dict, root: Path, dinfo: dict, n_cands: int) -> No
         meta = outs.get(f"timed{c}")
         ok = bool(meta) and run.verify(i, f"timed{c}", "final", meta, root)
         timed_ok.append(ok)
-    if n_cands == 1:
+    if not run.retiming:
         if not timed_ok[0]:
             why = (
                 f"{r['label']}: output produced while being timed is wrong: "

@@ -3,9 +3,10 @@
 Migrates, creates (or refreshes) a demo user and prints its login, starts an embedded Redis
 server when REDIS_URL is unset (a real redis-server process on a free port, in a private
 directory, persisting nothing), then daphne (HTTP + websockets), the orchestrator (`search`
-queue) and the local GPU workers (CUDA if present: one per visible GPU, each pinned to its GPU
-with CUDA_VISIBLE_DEVICES; else one on Triton's CPU interpreter), starts a demo tuner search
-on softmax, and prints the URL. Ctrl-C stops every process it started.
+queue) and the local GPU workers (CUDA if present: `--workers-per-gpu` for each visible GPU,
+default 4, each pinned to its GPU with CUDA_VISIBLE_DEVICES, so that one candidate compiles and
+verifies while another is timed under the GPU's lock; else one on Triton's CPU interpreter),
+starts a demo tuner search on softmax, and prints the URL. Ctrl-C stops every process it started.
 """
 
 from __future__ import annotations
@@ -52,8 +53,15 @@ class Command(BaseCommand):
             "--workers",
             type=int,
             default=None,
-            help="GPU worker processes (default: one per visible CUDA GPU, else 1); with more "
-            "workers than GPUs they share GPUs round-robin",
+            help="GPU worker processes in all (default: --workers-per-gpu for each visible CUDA "
+            "GPU, else 1); with more workers than GPUs they share GPUs round-robin",
+        )
+        parser.add_argument(
+            "--workers-per-gpu",
+            type=int,
+            default=settings.AUTOWEB_WORKERS_PER_GPU,
+            help="worker processes sharing each GPU when --workers is not given (default 4, "
+            "or AUTOWEB_WORKERS_PER_GPU): timing holds the GPU alone, the rest overlaps",
         )
         parser.add_argument(
             "--orchestrators", type=int, default=1, help="orchestrator processes (default 1)"
@@ -66,6 +74,9 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, device, workers, orchestrators, no_demo, run_for, **opts):
         if workers is not None and workers < 1:
             raise CommandError("--workers must be at least 1")
+        if opts["workers_per_gpu"] < 1:
+            raise CommandError("--workers-per-gpu must be at least 1")
+        self.per_gpu = opts["workers_per_gpu"]
         if orchestrators < 1:
             raise CommandError("--orchestrators must be at least 1")
         self.n_workers, self.n_orchestrators = workers, orchestrators
@@ -165,7 +176,7 @@ class Command(BaseCommand):
                 time.sleep(0.1)
 
     def _spawn_workers(self, py: str, device: str, kind: str, env: dict) -> list[str]:
-        """One worker per visible GPU by default, each pinned with CUDA_VISIBLE_DEVICES."""
+        """`per_gpu` workers per visible GPU by default, each pinned with CUDA_VISIBLE_DEVICES."""
         if kind == "interpret":
             gpus: list[str | None] = [None]
         else:
@@ -176,7 +187,7 @@ class Command(BaseCommand):
                 import torch
 
                 gpus = [str(i) for i in range(torch.cuda.device_count())]
-        n = self.n_workers or len(gpus)
+        n = self.n_workers or len(gpus) * (1 if kind == "interpret" else self.per_gpu)
         host = socket.gethostname()
         names = []
         for i in range(n):

@@ -1,0 +1,202 @@
+"""The search engine on a GPU, measured: screening throughput before and after the baseline
+cache, then a whole tune of a user's problem from its naive seed, ending with the per-shape
+table. Writes one JSON file and prints the figures docs/benchmarks/search.md records.
+
+    python3 benchmarks/search_proof.py --out search.json \
+        --problems-dir benchmarks/user_problems --problem token_logprobs \
+        --before 8 --throughput 48 --jobs 12 --trials 120 --tune-minutes 5
+
+Phases (each on the full sweep):
+1. `cold`: the baseline cache for the problem measured in a clean sandbox (once per GPU,
+   problem and versions; what a first search pays);
+2. `before`: `--before` evaluations of distinct knob configurations the old way (both
+   baselines compiled and timed with every candidate, a fixed 0.5 s of timing per shape);
+3. `after`: `--throughput` screening evaluations of distinct configurations (cached baselines,
+   adaptive timing, `--jobs` in flight);
+4. `tune`: the tuner from the seed (`--trials`, at most `--tune-minutes` of proposing), its
+   wins confirmed by interleaved re-times, then its best candidates and both baselines timed
+   together for the per-shape table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kernels import problems  # noqa: E402
+from kernels.engine.proposers import KnobProposer, Tried  # noqa: E402
+from kernels.engine.tuner import Tuner  # noqa: E402
+from kernels.harness import BaselineCache, evaluate, retime, time_together  # noqa: E402
+from kernels.harness import baselines as bl  # noqa: E402
+from kernels.harness import device as devmod  # noqa: E402
+from kernels.harness.evaluate import measure_baselines  # noqa: E402
+from kernels.harness.sandbox import Pool, adopt_escaped_processes  # noqa: E402
+
+_lock = threading.Lock()
+
+
+def log(*a) -> None:
+    with _lock:
+        print(time.strftime("%H:%M:%S"), *a, flush=True)
+
+
+def configs(source: str, n: int) -> list[str]:
+    """n distinct knob variants of the source, in the proposer's space-filling order."""
+    proposer = KnobProposer(source, seed=0)
+    tried: list[Tried] = []
+    out = []
+    while len(out) < n:
+        p = proposer.next(tried)
+        if p is None:
+            break
+        out.append(p.source)
+        tried.append(Tried(p.knob_values, None, False))
+    return out
+
+
+def rate(sources: list[str], jobs: int, ev) -> dict:
+    """Evaluate the sources `jobs` at a time; evaluations per minute of wall clock."""
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(jobs) as pool:
+        reports = list(pool.map(ev, sources))
+    minutes = (time.perf_counter() - t0) / 60
+    seconds = [r["summary"].get("seconds") for r in reports]
+    return {
+        "evaluations": len(reports),
+        "jobs": jobs,
+        "minutes": round(minutes, 3),
+        "per_minute": round(len(reports) / minutes, 1) if minutes else None,
+        "accepted": sum(1 for r in reports if r["verdict"] == "accepted"),
+        "failures": sorted({r["failure"] for r in reports if r["failure"]}),
+        "seconds_each": seconds,
+        "timelines": [r.get("timeline") for r in reports],
+        "baselines": [
+            {k: (r.get("baselines") or {}).get(k) for k in ("source", "canary")} for r in reports
+        ],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--problems-dir", action="append", default=[])
+    ap.add_argument("--problem", default="token_logprobs")
+    ap.add_argument("--before", type=int, default=8)
+    ap.add_argument("--throughput", type=int, default=48)
+    ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--trials", type=int, default=120)
+    ap.add_argument("--tune-minutes", type=float, default=5.0)
+    ap.add_argument("--budget", type=float, default=0.5)
+    ap.add_argument(
+        "--device",
+        default="cuda",
+        choices=["cuda", "interpret"],
+        help="interpret: a smoke run of this script on the CPU (smoke shapes, nothing timed)",
+    )
+    args = ap.parse_args()
+    gpu = args.device == "cuda"
+    if args.problems_dir:
+        os.environ["AUTOWEB_PROBLEM_DIRS"] = os.pathsep.join(
+            str(Path(d).resolve()) for d in args.problems_dir
+        )
+    adopt_escaped_processes()
+    out: dict = {"args": vars(args), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    problem = problems.load(args.problem)
+    out["device"] = devmod.info(args.device)
+    log("device", out["device"]["name"], out["device"]["ceilings"])
+    seed = problem.seed_path.read_text()
+    tier = "full" if gpu else "smoke"
+    shapes = problem.shapes(tier)
+    pool = Pool(args.device, size=args.jobs)
+    cache = (
+        BaselineCache(Path(os.environ.get("TMPDIR", "/tmp")) / "autoweb-search-proof")
+        if gpu
+        else None
+    )
+    common = dict(device=args.device, tier=tier, pool=pool, budget_s=args.budget)
+
+    def save() -> None:
+        Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+
+    try:
+        # 1. the baselines, measured once (a clean sandbox, no candidate)
+        if gpu:
+            t0 = time.perf_counter()
+            entries = measure_baselines(problem, shapes, device="cuda", pool=pool)
+            dtype = str(problem.dtype("cuda")).replace("torch.", "")
+            fields = bl.key_fields(problem, devmod.info("cuda"), dtype)
+            cache.put(fields, [problems.shape_label(s) for s in shapes], entries)
+            out["cold"] = {"seconds": round(time.perf_counter() - t0, 1), "entries": entries}
+            log(f"baselines measured in {out['cold']['seconds']} s")
+            save()
+
+        variants = configs(seed, args.before + args.throughput)
+        # 2. before: the old way, every candidate compiles and times both baselines
+        if args.before:
+            out["before"] = rate(
+                variants[: args.before],
+                min(args.jobs, args.before),
+                lambda s: evaluate(problem, s, **common),
+            )
+            log("before:", out["before"]["per_minute"], "evaluations per minute")
+            save()
+        # 3. after: screening with the cache
+        if args.throughput:
+            out["after"] = rate(
+                variants[args.before :],
+                args.jobs,
+                lambda s: evaluate(problem, s, baselines=cache, **common),
+            )
+            log("after:", out["after"]["per_minute"], "evaluations per minute")
+            save()
+        # 4. the tune from the seed
+        if args.trials:
+            t0 = time.perf_counter()
+            tuner = Tuner(
+                seed,
+                trials=args.trials,
+                evaluate=lambda s: evaluate(problem, s, baselines=cache, **common),
+                retime=(lambda srcs: retime(problem, srcs, **common)) if gpu else None,
+                together=(lambda srcs: time_together(problem, srcs, **common)) if gpu else None,
+                jobs=args.jobs,
+                max_minutes=args.tune_minutes,
+                on_trial=lambda r: log(f"[{r['index']:3d}]", r["description"]),
+            )
+            log("strategy:", tuner.strategy, "-", tuner.proposer.why)
+            result = tuner.run()
+            tune = result.to_dict()
+            tune.pop("best_report", None)
+            tune["best_summary"] = (result.best_report or {}).get("summary")
+            tune["wall_minutes"] = round((time.perf_counter() - t0) / 60, 3)
+            out["tune"] = tune
+            save()
+            table = result.table or {}
+            if table.get("shapes"):
+                from kernels.cli import print_table
+
+                print_table(table)
+            best = (table or {}).get("best_single") or {}
+            log("evaluations per GPU-minute:", out.get("after", {}).get("per_minute"))
+            log("per-shape geomean vs torch.compile:", table.get("geomean_speedup_compiled"))
+            log(
+                "shapes at or above torch.compile:",
+                f"{table.get('shapes_at_or_above_compiled')}/{table.get('shapes_with_compiled')}",
+            )
+            log("best single kernel vs torch.compile:", best.get("geomean_speedup_compiled"))
+    finally:
+        pool.close()
+        save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
