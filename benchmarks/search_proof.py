@@ -79,6 +79,8 @@ def rate(sources: list[str], jobs: int, ev) -> dict:
         "failures": sorted({r["failure"] for r in reports if r["failure"]}),
         "seconds_each": seconds,
         "timelines": [r.get("timeline") for r in reports],
+        "shape_ms": [[sh.get("candidate_ms") for sh in r.get("shapes", [])] for r in reports],
+        "reasons": [r["reasons"][:2] for r in reports],
         "baselines": [
             {k: (r.get("baselines") or {}).get(k) for k in ("source", "canary")} for r in reports
         ],

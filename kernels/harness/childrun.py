@@ -384,23 +384,32 @@ def _timed_functions(i, spec, cands, compiled_cache, notes) -> dict[str, object]
     return fns
 
 
-def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_cache) -> None:
+class Prepared:
+    """One shape made ready to time: its inputs, the functions, their samplers (graphs already
+    captured in graph mode). Preparing runs kernels, so it happens while the GPU is shared;
+    measuring is then nothing but samples while the GPU is held alone."""
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+        self.notes: list[str] = []
+        self.quick: dict[str, float] = {}
+        self.samplers: dict[str, object] = {}
+        self.div: dict[str, int] = {}
+        self.mode = "events"
+        self.keep: list[object] = []  # inputs, graphs and their outputs, alive until measured
+        self.last: dict[str, object] = {}  # events mode: each function's latest output
+        self.graph_out: dict[str, object] = {}
+
+
+def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cache) -> Prepared:
+    prep = Prepared(i)
     dtype = getattr(torch, spec["dtype"])
     seeds = spec["seeds"][i]
-    out_dir = Path(spec["out_dir"]) / f"s{i}"
-    out_dir.mkdir(parents=True, exist_ok=True)
     l2 = int(spec.get("l2_bytes") or (50 << 20))
-    rng = random.Random(seeds["final"])
     a = problem.make_inputs(shape, dtype, "cuda", seeds["final"])
-    flush = timing.L2Flusher(l2, "cuda")
-    screening = spec.get("timing") == "screen"
-    # Screening stops adaptively once the medians are tight; the GPU is warmed up once, on the
-    # first shape, since the shapes are then timed back to back.
-    rel_ci = float(spec.get("rel_ci") or 0.01) if screening else None
-    warmup_s = timing.WARMUP_S if not screening or i == 0 else 0.0
-
-    notes: list[str] = []
-    fns = _timed_functions(i, spec, cands, compiled_cache, notes)
+    flush = timing.flusher(l2)
+    prep.keep.append(a)
+    fns = _timed_functions(i, spec, cands, compiled_cache, prep.notes)
     if "eager" in fns:
         fns["eager"] = problem.module.reference
 
@@ -412,21 +421,18 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
             for _ in range(3):
                 call(f, a)
         torch.cuda.synchronize()
-        # The mode is one per shape for every function timed: the caller's (`modes`, so that a
-        # screened candidate is timed as its cached baselines were), else the fastest function's
-        # quick time decides (the candidate's, or the baselines' when there is none).
-        quick = {n: timing.quick_ms(lambda f=f: call(f, a), flush) for n, f in fns.items()}
+        # One mode per shape for every function timed: the caller's (`modes`, so that a screened
+        # candidate is timed as its cached baselines were), else the fastest function's quick
+        # time decides (the candidates', or the baselines' when there is none).
         wanted = (spec.get("modes") or {}).get(str(i))
         if wanted not in ("graph", "events"):
+            prep.quick = {n: timing.quick_ms(lambda f=f: call(f, a), flush) for n, f in fns.items()}
             first = [n for n in fns if n.startswith("candidate")] or list(fns)
-            fastest = min(quick[n] for n in first)
+            fastest = min(prep.quick[n] for n in first)
             wanted = "graph" if fastest < timing.GRAPH_THRESHOLD_MS else "events"
-        set_bytes = sum(x.numel() * x.element_size() for x in a)
-        results = None
-        holders: dict[str, object] = {}
-        mode = "events"
         if wanted == "graph":
             try:
+                set_bytes = sum(x.numel() * x.element_size() for x in a)
                 nsets = max(1, min(32, math.ceil(2.5 * l2 / max(set_bytes, 1))))
                 sets = [a] + [
                     problem.make_inputs(
@@ -436,61 +442,72 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
                 ]
                 reps = max(timing.GRAPH_REPS, nsets)
                 reps = math.ceil(reps / nsets) * nsets
-                samplers, div = {}, {}
                 for name, f in fns.items():
                     calls = [(lambda s=s, f=f: call(f, s)) for s in sets]
                     g, outs = timing.capture(calls, reps)
-                    holders[name] = (g, outs)
-                    samplers[name] = timing.graph_sampler(g)
-                    div[name] = reps
-                results = timing.interleaved(
-                    samplers,
-                    per_call_divisor=div,
-                    budget_s=spec["budget_s"],
-                    rng=rng,
-                    rel_ci=rel_ci,
-                    warmup_s=warmup_s,
-                )
-                mode = "graph"
-                timed_out = {n: h[1][0] for n, h in holders.items()}
+                    prep.keep.append((g, outs))
+                    prep.samplers[name] = timing.graph_sampler(g)
+                    prep.div[name] = reps
+                    prep.graph_out[name] = outs[0]
+                prep.keep.append(sets)
+                prep.mode = "graph"
             except Exception as e:
-                notes.append(
+                prep.notes.append(
                     f"graph timing unavailable, used events: {type(e).__name__}: {e}"[:300]
                 )
-                holders.clear()
+                prep.samplers.clear()
+                prep.graph_out.clear()
+                prep.keep = [a]
                 torch.cuda.synchronize()
-        if results is None:
-            last: dict[str, object] = {}
-            samplers, div = {}, {}
+        if prep.mode == "events":
             for name, f in fns.items():
 
                 def sample_call(f=f, name=name):
-                    last[name] = call(f, a)
+                    prep.last[name] = call(f, a)
 
-                samplers[name] = timing._event_sample(sample_call, flush)
-                div[name] = 1
-            results = timing.interleaved(
-                samplers,
-                per_call_divisor=div,
-                budget_s=spec["budget_s"],
-                rng=rng,
-                rel_ci=rel_ci,
-                warmup_s=warmup_s,
-            )
-            torch.cuda.synchronize()
-            timed_out = last
+                prep.samplers[name] = timing._event_sample(sample_call, flush)
+                prep.div[name] = 1
+    return prep
+
+
+def measure_shape(prep: Prepared, spec, cands: list[Candidate], send) -> None:
+    """Sample a prepared shape (the GPU is held alone) and report its timings and the
+    candidates' outputs produced while timed."""
+    i = prep.i
+    screening = spec.get("timing") == "screen"
+    # Screening stops adaptively once the medians are tight; the GPU is warmed up once, on the
+    # first shape, since the shapes are then timed back to back.
+    rel_ci = float(spec.get("rel_ci") or 0.01) if screening else None
+    warmup_s = timing.WARMUP_S if not screening or i == 0 else 0.0
+    with torch.no_grad():
+        results = timing.interleaved(
+            prep.samplers,
+            per_call_divisor=prep.div,
+            budget_s=spec["budget_s"],
+            rng=random.Random(spec["seeds"][i]["final"]),
+            rel_ci=rel_ci,
+            warmup_s=warmup_s,
+        )
+        torch.cuda.synchronize()
+        timed_out = prep.graph_out if prep.mode == "graph" else prep.last
+        out_dir = Path(spec["out_dir"]) / f"s{i}"
+        out_dir.mkdir(parents=True, exist_ok=True)
         outputs = {}
         for c in range(len(cands)):
             outputs[f"timed{c}"] = write_tensor(timed_out[f"candidate{c}"], out_dir, f"timed{c}")
     send(
         t="timed",
         i=i,
-        mode=mode,
+        mode=prep.mode,
         ms=results,
         outputs=outputs,
-        notes=notes,
-        quick_ms={n: round(q, 6) for n, q in quick.items()},
+        notes=prep.notes,
+        quick_ms={n: round(q, 6) for n, q in prep.quick.items()},
     )
+
+
+def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_cache) -> None:
+    measure_shape(prepare_shape(i, shape, spec, problem, cands, compiled_cache), spec, cands, send)
 
 
 def precompile_candidates(problem, shapes, spec, cands) -> int:
@@ -658,12 +675,21 @@ def run(spec: dict, send, recv) -> None:
         # timings from the caller's cache and compiles nothing.)
         send(t="progress", phase="compiling_baselines")
         cache.update(precompile_baseline(problem, shapes, spec))
+    prepared: list[Prepared] = []
+    if timed and spec.get("timing") == "screen" and verified:
+        # Screening: inputs, warm-up and graph capture for every shape now, while the GPU is
+        # shared, so the exclusive phase below is samples only.
+        send(t="progress", phase="preparing")
+        prepared = [prepare_shape(i, s, spec, problem, cands, cache) for i, s in enumerate(shapes)]
     if timed:
         send(t="want_gpu")
         if recv().get("go"):
             for i, shape in enumerate(shapes):
                 send(t="progress", phase="benchmarking", i=i, n=len(shapes))
-                time_shape(i, shape, spec, problem, cands, send, cache)
+                if prepared:
+                    measure_shape(prepared[i], spec, cands, send)
+                else:
+                    time_shape(i, shape, spec, problem, cands, send, cache)
             if spec.get("e2e") and verified:
                 end_to_end(spec, problem, cands[0], send)
             send(t="gpu_done")

@@ -13,6 +13,7 @@ import math
 import os
 import secrets
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,9 @@ from kernels.harness import roofline, sandbox, static
 from kernels.harness.compare import compare
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOWEB_SANDBOX_TIMEOUT_S", "300"))
+# Screening gives loading and compiling a candidate this long (as Helion's autotuner does): a
+# configuration that compiles for minutes holds a worker and is rarely worth it.
+SCREEN_COMPILE_TIMEOUT_S = float(os.environ.get("AUTOWEB_SCREEN_COMPILE_TIMEOUT_S", "60"))
 UNSTABLE_SPREAD = 0.5
 FAILURES = (
     "compile_error",
@@ -50,6 +54,9 @@ _PRIORITY = [
 ]
 
 Event = Callable[[dict], None]
+# References computed at once in this process (each evaluation in flight is a thread): a
+# float64 reference of a large shape takes several GB of GPU memory while it is computed.
+_REFERENCE_SLOTS = threading.BoundedSemaphore(int(os.environ.get("AUTOWEB_REFERENCE_SLOTS", "4")))
 
 
 def _seeds(n_shapes: int) -> list[dict]:
@@ -147,7 +154,7 @@ class _Run:
             return True
         self.need_gpu()
         out = _tensor(raw, shape, self.dtype)
-        with torch.no_grad():
+        with torch.no_grad(), _REFERENCE_SLOTS:
             res = compare(out.to(self.pdev), self.oracle(i, which), self.tol)
         self.results[i]["errors"][tag] = res
         if tag == "graph" and res["passed"]:
@@ -177,6 +184,7 @@ def evaluate(
     file_bytes: int | None = None,
     baselines: bl.BaselineCache | None = None,
     rel_ci: float = 0.01,
+    compile_timeout_s: float | None = None,
 ) -> dict:
     """Evaluate one candidate source; returns the report (docs/harness.md, Report).
 
@@ -185,6 +193,8 @@ def evaluate(
     times come from the cache, measured in a clean sandbox when missing and checked against a
     drift canary timed with the candidate. Without it every shape times the candidate and both
     baselines interleaved for `budget_s` (what confirmations and re-validation use).
+    `compile_timeout_s` caps loading and compiling the candidate (a failure `timeout`; by
+    default SCREEN_COMPILE_TIMEOUT_S when screening, no cap otherwise).
 
     `skip_static_checks` exists for tests that prove the run-time defences hold on their own.
     """
@@ -202,9 +212,11 @@ def evaluate(
         verify=True,
         memory_bytes=memory_bytes,
         file_bytes=file_bytes,
+        compile_timeout_s=compile_timeout_s,
     )
     if baselines is None or dev != "cuda":
         return _evaluate(problem, [source], baselines_compiled=baselines_compiled, **common)
+    common["compile_timeout_s"] = compile_timeout_s or SCREEN_COMPILE_TIMEOUT_S
     return _screen(problem, source, baselines, rel_ci, common)
 
 
@@ -428,6 +440,7 @@ def _evaluate(
     memory_bytes=None,
     file_bytes=None,
     cached=None,
+    compile_timeout_s=None,
 ) -> dict:
     started = time.monotonic()
     if isinstance(problem, str):
@@ -488,6 +501,12 @@ def _evaluate(
         }
         child.send(spec)
         deadline = time.monotonic() + (timeout_s or DEFAULT_TIMEOUT_S)
+        # Until the child first asks for the GPU it only loads and compiles the candidate: a
+        # screening budget caps that (a config whose compile takes minutes is not worth it).
+        compile_deadline = (
+            time.monotonic() + compile_timeout_s if compile_timeout_s else float("inf")
+        )
+        compiled = False
         out_root = child.dir / "out"
         done = False
         t_start = time.monotonic()
@@ -516,8 +535,16 @@ def _evaluate(
             timed_msgs.clear()
 
         while not done:
-            msg = child.next(deadline)
+            msg = child.next(deadline if compiled else min(deadline, compile_deadline))
             t = msg["t"]
+            compiled = compiled or t == "want_gpu" or msg.get("phase") == "verifying"
+            if t == "timeout" and not compiled and time.monotonic() < deadline:
+                run.fail(
+                    "timeout",
+                    f"compiling took over {compile_timeout_s:.0f} s (the compile budget); "
+                    "the process tree was killed",
+                )
+                break
             run.timeline.append((msg.get("phase") or t, round(time.monotonic() - t_start, 3)))
             if t == "progress":
                 ev = {"phase": msg.get("phase")}

@@ -118,6 +118,16 @@ def gate() -> Gate:
     return _gate
 
 
+_flushers: dict[int, L2Flusher] = {}
+
+
+def flusher(l2_bytes: int) -> L2Flusher:
+    """One flush buffer per process (twice the L2), shared by every shape."""
+    if l2_bytes not in _flushers:
+        _flushers[l2_bytes] = L2Flusher(l2_bytes, "cuda")
+    return _flushers[l2_bytes]
+
+
 class L2Flusher:
     def __init__(self, l2_bytes: int, device: str) -> None:
         n = max(2 * l2_bytes, 64 << 20) // 4

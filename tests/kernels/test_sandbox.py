@@ -182,6 +182,37 @@ def test_a_hanging_candidate_is_killed_with_its_whole_process_tree() -> None:
         assert not cwd.startswith(sandbox_dir), f"pid {p.pid} survived in {cwd}"
 
 
+SLOW_TO_LOAD = """
+import torch
+
+n = 0
+while True:  # a module that never finishes loading, like a compile that never ends
+    n += 1
+
+
+def kernel(x):
+    return torch.empty_like(x)
+"""
+
+
+def test_a_candidate_that_does_not_finish_compiling_is_stopped_at_the_compile_budget() -> None:
+    pool = Pool("interpret", size=1)
+    for c in list(pool._idle):
+        c.wait_ready()
+    started = time.monotonic()
+    try:
+        report = evaluate(
+            "softmax", SLOW_TO_LOAD, device="interpret", compile_timeout_s=3, pool=pool
+        )
+    finally:
+        elapsed = time.monotonic() - started
+        pool.close()
+
+    assert report["failure"] == "timeout", report["reasons"]
+    assert "compiling took over 3 s (the compile budget)" in report["reasons"][0]
+    assert elapsed < 3 + GRACE_S + 5  # not the 300 s of the whole evaluation's deadline
+
+
 def test_the_pool_hands_out_each_child_once_and_refills() -> None:
     pool = Pool("interpret", size=2)
     taken: list[Child] = []
