@@ -64,17 +64,34 @@ def configs(source: str, n: int) -> list[str]:
 
 
 def rate(sources: list[str], jobs: int, ev) -> dict:
-    """Evaluate the sources `jobs` at a time; evaluations per minute of wall clock."""
+    """Evaluate the sources with `jobs` in flight; evaluations per minute of wall clock, over
+    the whole run and in the steady state (between the first and the last `jobs` finishing,
+    where the pipeline is full)."""
+    done_at: list[float] = []
     t0 = time.perf_counter()
+
+    def one(src: str) -> dict:
+        report = ev(src)
+        with _lock:
+            done_at.append(time.perf_counter() - t0)
+        return report
+
     with ThreadPoolExecutor(jobs) as pool:
-        reports = list(pool.map(ev, sources))
+        reports = list(pool.map(one, sources))
     minutes = (time.perf_counter() - t0) / 60
+    done_at.sort()
+    steady = None
+    if len(done_at) > 2 * jobs + 1:
+        a, b = done_at[jobs - 1], done_at[-jobs - 1]
+        steady = round((len(done_at) - 2 * jobs) / ((b - a) / 60), 1) if b > a else None
     seconds = [r["summary"].get("seconds") for r in reports]
     return {
         "evaluations": len(reports),
         "jobs": jobs,
         "minutes": round(minutes, 3),
         "per_minute": round(len(reports) / minutes, 1) if minutes else None,
+        "steady_per_minute": steady,
+        "done_at": [round(x, 2) for x in done_at],
         "accepted": sum(1 for r in reports if r["verdict"] == "accepted"),
         "failures": sorted({r["failure"] for r in reports if r["failure"]}),
         "seconds_each": seconds,
@@ -118,7 +135,9 @@ def main() -> int:
     seed = problem.seed_path.read_text()
     tier = "full" if gpu else "smoke"
     shapes = problem.shapes(tier)
-    pool = Pool(args.device, size=args.jobs)
+    # More warm sandboxes than evaluations in flight: a finished one is replaced in the
+    # background, and the next evaluation should not wait for Python, torch and CUDA to start.
+    pool = Pool(args.device, size=args.jobs + 4)
     cache = (
         BaselineCache(Path(os.environ.get("TMPDIR", "/tmp")) / "autoweb-search-proof")
         if gpu
@@ -158,7 +177,12 @@ def main() -> int:
                 args.jobs,
                 lambda s: evaluate(problem, s, baselines=cache, **common),
             )
-            log("after:", out["after"]["per_minute"], "evaluations per minute")
+            log(
+                "after:",
+                out["after"]["per_minute"],
+                "evaluations per minute; steady state",
+                out["after"]["steady_per_minute"],
+            )
             save()
         # 4. the tune from the seed
         if args.trials:

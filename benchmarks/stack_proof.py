@@ -56,7 +56,9 @@ class App:
             AUTOWEB_DEMO_PASSWORD=PASSWORD,
         )
         cmd = [sys.executable, "manage.py", "up", "--no-demo", "--port", str(self.port)]
-        cmd += ["--device", args.device, "--workers", str(args.workers)]
+        cmd += ["--device", args.device]
+        if args.workers:
+            cmd += ["--workers", str(args.workers)]
         cmd += ["--orchestrators", str(args.orchestrators)]
         self.proc = subprocess.Popen(
             cmd,
@@ -69,6 +71,7 @@ class App:
         )
         self.redis_url: str | None = None
         self.kind: str | None = None
+        self.worker_names: list[str] = []
         self.ready = threading.Event()
         self.tail: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
@@ -78,8 +81,9 @@ class App:
             self.tail = (self.tail + [line])[-200:]
             if m := re.search(r"redis: (redis://\S+)", line):
                 self.redis_url = m.group(1)
-            if m := re.search(r"workers: .* \((\S+)\)", line):
-                self.kind = m.group(1)
+            if m := re.search(r"workers: (.*) \((\S+)\)", line):
+                self.worker_names = [n.strip() for n in m.group(1).split(",")]
+                self.kind = m.group(2)
                 self.ready.set()
             if not line.startswith(("[", "  ")) or "error" in line.lower():
                 print("  up|", line.rstrip(), flush=True)
@@ -151,10 +155,41 @@ def _shape_rows(trial) -> list[dict]:
     return [{k: row.get(k) for k in SHAPE_KEYS} for row in trial.report.get("shapes") or []]
 
 
+def warm_baselines(names: list[str], conn) -> float:
+    """Measure each problem's baselines into the cache the workers read (this host's disk and
+    the app's Redis), in a sandbox of this process."""
+    from kernels import problems
+    from kernels.harness import BaselineCache
+    from kernels.harness import baselines as bl
+    from kernels.harness import device as devmod
+    from kernels.harness.evaluate import measure_baselines
+
+    t0 = time.perf_counter()
+    cache = BaselineCache(redis=conn)
+    info = devmod.info("cuda")
+    for name in dict.fromkeys(names):
+        problem = problems.load(name)
+        shapes = problem.shapes("full")
+        dtype = str(problem.dtype("cuda")).replace("torch.", "")
+        fields = bl.key_fields(problem, info, dtype)
+        labels = [problems.shape_label(s) for s in shapes]
+        if cache.get(fields, labels) is None:
+            cache.put(fields, labels, measure_baselines(problem, shapes, device="cuda"))
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
-    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument(
+        "--workers", type=int, default=None, help="default: what `up` starts (per visible GPU)"
+    )
+    ap.add_argument(
+        "--warm-baselines",
+        action="store_true",
+        help="measure the problems' baselines into the workers' cache before the searches, as an "
+        "earlier search on this GPU would have (the time it takes is reported apart)",
+    )
     ap.add_argument("--orchestrators", type=int, default=1)
     ap.add_argument("--problems", default="softmax,rmsnorm")
     ap.add_argument("--trials", type=int, default=8, help="trial budget per search")
@@ -200,12 +235,15 @@ def main(argv: list[str] | None = None) -> int:
         # Let every worker register (heartbeat) so the orchestrator sees its capacity.
         conn = orchestrator.redis_conn()
         deadline = time.monotonic() + 120
-        while len(conn.smembers("autoweb:workers")) < args.workers:
+        while len(conn.smembers("autoweb:workers")) < len(app.worker_names):
             if time.monotonic() > deadline:
                 raise SystemExit("not every worker registered")
             time.sleep(0.5)
         log(f"up: kind {kind}, workers {[n for _, n in app.workers()]}, redis {app.redis_url}")
 
+        if args.warm_baselines and kind != "interpret":
+            result["warm_baselines_s"] = warm_baselines(args.problems.split(","), conn)
+            log(f"baselines measured in {result['warm_baselines_s']:.1f} s")
         searches = []
         t_start = time.time()
         names = args.problems.split(",")
@@ -279,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             by_worker[w] = by_worker.get(w, 0) + 1
         result.update(
             kind=kind,
-            workers=args.workers,
+            workers=app.worker_names,
             searches=[
                 {
                     "id": s.pk,
@@ -299,6 +337,12 @@ def main(argv: list[str] | None = None) -> int:
                         {t.failure for t in trials if t.search_id == s.pk and t.failure}
                     ),
                     "incumbent_shapes": _shape_rows(s.incumbent),
+                    "strategy": s.strategy,
+                    "skipped": s.skipped,
+                    "table": s.table,
+                    "confirmations": sum(
+                        1 for t in trials if t.search_id == s.pk and t.confirmation
+                    ),
                 }
                 for s in Search.objects.filter(pk__in=searches).select_related("incumbent", "idea")
             ],

@@ -194,7 +194,7 @@ def cmd_tune(args) -> int:
     # Screening on a GPU takes the baselines from the cache (measured once per GPU, problem,
     # shapes and versions); the interpreter times nothing.
     cache = BaselineCache() if dev == "cuda" and not args.no_cache else None
-    pool = Pool(dev, size=args.jobs)
+    pool = Pool(dev, size=args.jobs + 1)  # one spare: a finished sandbox is replaced meanwhile
     common = dict(
         device=dev, tier=args.shapes, timeout_s=args.timeout, pool=pool, budget_s=args.budget
     )

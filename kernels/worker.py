@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redis", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
     ap.add_argument("--name", default=None, help="default: host:gpu<index> or host:interpret")
-    ap.add_argument("--warm", type=int, default=1, help="sandboxes kept started ahead")
+    ap.add_argument("--warm", type=int, default=2, help="sandboxes kept started ahead")
     ap.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     args = ap.parse_args(argv)
     try:

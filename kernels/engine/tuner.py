@@ -5,7 +5,8 @@ sandbox with cached baselines), `retime(sources) -> numbers` (the interleaved re
 confirms a win) and optionally `together(sources) -> timings` (candidates and baselines timed
 interleaved on every shape, which the per-shape table is built from). `jobs` evaluations stay
 in flight: as soon as one finishes the next is proposed, so compiling and verifying overlap the
-GPU's timing; verdicts are still reached in proposal order, with the judge every path shares.
+GPU's timing, and a slow one does not hold the others up; verdicts are still reached in
+proposal order, with the judge every path shares.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -122,11 +123,13 @@ class Tuner:
         self._confirmations = 0
         started = time.perf_counter()
         tried: list[Tried] = []
-        inflight: deque[tuple[Proposal, int, Future]] = deque()
+        # In proposal order, judged from the head; `jobs` bounds those still running, so a slow
+        # evaluation at the head does not stop the next ones from starting.
+        order: deque[tuple[Proposal, int, Future]] = deque()
         with ThreadPoolExecutor(self.jobs) as pool:
             while True:
                 while (
-                    len(inflight) < self.jobs
+                    sum(1 for _, _, f in order if not f.done()) < self.jobs
                     and len(tried) < self.trials
                     and not self._out_of_time(started)
                 ):
@@ -135,10 +138,13 @@ class Tuner:
                         break
                     tried.append(Tried(proposal.knob_values, None, False, pending=True))
                     at = len(tried) - 1
-                    inflight.append((proposal, at, pool.submit(self._timed_evaluate, proposal)))
-                if not inflight:
+                    order.append((proposal, at, pool.submit(self._timed_evaluate, proposal)))
+                if not order:
                     break
-                proposal, at, future = inflight.popleft()
+                if not order[0][2].done():
+                    wait([f for _, _, f in order if not f.done()], return_when=FIRST_COMPLETED)
+                    continue
+                proposal, at, future = order.popleft()
                 record = self._trial(proposal, future.result())
                 tried[at] = Tried(
                     proposal.knob_values, record["geomean_ms"], record["status"] == FAILED

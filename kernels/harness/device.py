@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import json
 import os
 import platform
@@ -34,7 +36,10 @@ def kind_of(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
 
 
+@functools.cache
 def versions() -> dict:
+    """Python, torch, triton, CUDA and driver versions (nvidia-smi once per process: it takes
+    up to seconds, and every evaluation's report carries these)."""
     v = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -84,11 +89,17 @@ def ceilings(measure: bool = False) -> dict | None:
 
 
 def info(device: str, measure_ceilings: bool = True) -> dict:
+    """The device's description for reports (a fresh copy; computed once per process)."""
+    return copy.deepcopy(_info(device, measure_ceilings))
+
+
+@functools.cache
+def _info(device: str, measure_ceilings: bool) -> dict:
     if device == "interpret":
         return {
             "kind": "interpret",
             "name": "Triton CPU interpreter",
-            "versions": versions(),
+            "versions": dict(versions()),
             "ceilings": None,
             "timings": "not meaningful: correctness and checks only",
             "host": platform.node(),
@@ -101,7 +112,7 @@ def info(device: str, measure_ceilings: bool = True) -> dict:
         "capability": f"{props.major}.{props.minor}",
         "sm_count": props.multi_processor_count,
         "memory_gb": round(props.total_memory / 1e9, 1),
-        "versions": versions(),
+        "versions": dict(versions()),
         "ceilings": ceilings() if measure_ceilings else None,
         "host": platform.node(),
         "executable": sys.executable,

@@ -599,5 +599,6 @@ def test_evaluations_stay_in_flight_across_verdicts():
     result = tune(PARALLEL_SRC, 12, evaluate, jobs=3, retime=probe_retime)
 
     assert result.evaluations == 12
-    # the fourth starts once the first is judged, while the second still runs
-    assert 4 in state["started_while_slow"]
+    # the fourth starts once the first is judged, while the second still runs, and so do the
+    # next ones: a slow evaluation at the head of the order holds up only its own verdict
+    assert {4, 5, 6} <= state["started_while_slow"]
