@@ -740,9 +740,9 @@ def mark_confirmation_queued(*, trial: Trial, job_id: str) -> Trial:
     if locked.status != Trial.Status.CONFIRMING:
         raise DomainError(f"trial {locked.index} is {locked.status}, not confirming")
     if locked.job_id != job_id:
+        # `attempts` counts evaluations; re-time attempts are counted in `confirmation`.
         locked.job_id = job_id
-        locked.attempts += 1
-        locked.save(update_fields=["job_id", "attempts", "updated_at"])
+        locked.save(update_fields=["job_id", "updated_at"])
     return locked
 
 

@@ -223,3 +223,64 @@ def test_the_dashboard_lists_running_searches_and_recent_wins(engineer_client, s
     wins = html[html.index('id="recent-wins"') : html.index('id="fleet"')]
     assert reverse("searches:trial", args=[search.pk, win.index]) in wins
     assert "0.97× eager" in wins and "1.34× compiled" in wins
+
+
+def test_the_page_shows_the_strategy_the_skipped_variants_and_the_per_shape_table(
+    engineer_client, search
+):
+    best = judged(search, knob_variant(2048), h200_report())
+    services.set_strategy(search=search, strategy="exhaustive: the budget (50) covers all 20")
+    services.skip_variant(
+        search=search,
+        values={"BLOCK_N": 4096},
+        reason="Search 1 already tried this exact source as trial 1.",
+    )
+    timed = {
+        "labels": ["M=1,N=4096", "M=4096,N=4096"],
+        "shapes": [{"M": 1, "N": 4096}, {"M": 4096, "N": 4096}],
+        "kernels": [[{"median": 0.004, "spread": 0.01, "passed": True}] * 2],
+        "baselines": [
+            {
+                "eager": {"median": 0.01, "spread": 0.01},
+                "compiled": {"median": 0.0035, "spread": 0.01},
+            },
+            {
+                "eager": {"median": 0.02, "spread": 0.01},
+                "compiled": {"median": 0.010, "spread": 0.01},
+            },
+        ],
+        "verdict": "accepted",
+        "reasons": [],
+    }
+    services.record_table(search=search, timed=timed, kernels=[best.index])
+
+    html = page(engineer_client, search).content.decode()
+
+    engine = html[html.index('id="engine"') :]
+    assert "exhaustive: the budget (50) covers all 20" in engine
+    assert "Skipped variants" in engine and "BLOCK_N=4096" in engine
+    assert "already tried this exact source as trial 1" in engine
+    table = engine[engine.index('id="dispatch-table"') :]
+    rows = re.findall(r'<tr class="serve-(\w+)">', table)
+    assert rows == ["compiled", "kernel"]  # trial 1 loses to torch.compile on M=1 only
+    assert reverse("searches:trial", args=[search.pk, best.index]) in table
+    assert "1 of 2 shapes served by generated kernels" in engine
+
+
+def test_a_confirming_trial_says_against_which_incumbent(engineer_client, search):
+    first = judged(search, knob_variant(2048), h200_report())
+    trial = services.record_proposal(
+        search=search, source=knob_variant(4096), parent=first, proposer="tuner"
+    )
+    report = h200_report(geomean_ms=first.geomean_ms / 2, noise=0.01)
+    trial = services.record_result(trial=trial, report=report, gpu_seconds=1.0)
+    assert trial.status == Trial.Status.CONFIRMING
+
+    html = page(engineer_client, search).content.decode()
+    detail = engineer_client.get(reverse("searches:trial", args=[search.pk, trial.index]))
+
+    assert 'badge badge-confirming"><span class="pulse"' in html
+    body = detail.content.decode()
+    confirmation = body[body.index('id="confirmation"') :]
+    assert "being re-timed" in confirmation
+    assert reverse("searches:trial", args=[search.pk, first.index]) in confirmation
