@@ -7,7 +7,7 @@ from typing import Any
 
 from searches import services
 from searches.models import Search, Trial
-from tests.web.domain import SOFTMAX_SEED
+from tests.web.domain import SOFTMAX_SEED, judge
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 HONEST_SOFTMAX = (FIXTURES / "honest" / "softmax_tuned.py").read_text()
@@ -100,7 +100,7 @@ def candidate(
         rationale=rationale,
         prompt=prompt,
     )
-    return services.record_result(trial=trial, report=report(**report_kw), gpu_seconds=1.0)
+    return judge(trial, report(**report_kw), gpu_seconds=1.0)  # a win confirmed, as the loop does
 
 
 def bulk_releases(

@@ -19,7 +19,7 @@ from typing import Any
 from kernels import problems as registry
 from searches import services
 from searches.models import Search, Trial, Worker
-from tests.web.domain import idea_kwargs
+from tests.web.domain import idea_kwargs, judge
 
 H200_DIR = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "h200"
 LLM_MODEL = "qwen2.5-coder-32b"
@@ -97,7 +97,7 @@ def _trial(search: Search, tag: str, report: dict[str, Any], **proposal: Any) ->
         **proposal,
     )
     seconds = float((report.get("summary") or {}).get("seconds") or 2.0)
-    return services.record_result(trial=trial, report=report, gpu_seconds=seconds)
+    return judge(trial, report, gpu_seconds=seconds)  # a win confirmed, as the loop does
 
 
 def record_worker() -> Worker:
