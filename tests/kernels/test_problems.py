@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import problems
+from kernels import block, problems
 
 NAMES = list(problems.BUILTIN)
 ROW_OPS = ("softmax", "rmsnorm", "layernorm", "swiglu")
@@ -94,6 +94,17 @@ def test_inputs_can_be_built_on_the_meta_device(name):
     for shape in p.shapes("full"):
         inputs = p.module.make_inputs(shape, torch.bfloat16, "meta", None)
         assert all(x.device.type == "meta" for x in inputs)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_declared_dims_and_ranks_describe_the_inputs(name):
+    p = problems.load(name)
+    p.check_dims()
+    for shape in p.shapes("full"):  # on meta: every shape, no memory
+        inputs = p.module.make_inputs(shape, torch.bfloat16, "meta", None)
+        assert [x.dim() for x in inputs] == list(p.ranks)
+        assert {d: inputs[i].shape[a] for d, (i, a) in p.dims.items()} == shape
+    assert p.block_op in block.OPS
 
 
 def test_unknown_and_invalid_names_are_clear_errors():
