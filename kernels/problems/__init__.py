@@ -31,6 +31,7 @@ import inspect
 import math
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,11 +247,18 @@ def _import(name: str, path: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ProblemError(f"cannot import problem {name!r} from {path}")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    missing = [a for a in _REQUIRED if not hasattr(mod, a)]
-    if missing:
-        raise ProblemError(f"problem {name!r} ({path}) lacks {', '.join(missing)}")
-    _check_declarations(name, mod)
+    # Registered under its name: torch.compile (dynamo) looks a function's globals up by module
+    # name, e.g. a reference's EPS; a module that fails to load is removed again.
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+        missing = [a for a in _REQUIRED if not hasattr(mod, a)]
+        if missing:
+            raise ProblemError(f"problem {name!r} ({path}) lacks {', '.join(missing)}")
+        _check_declarations(name, mod)
+    except BaseException:
+        sys.modules.pop(spec.name, None)
+        raise
     return mod
 
 

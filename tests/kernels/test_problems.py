@@ -107,6 +107,15 @@ def test_declared_dims_and_ranks_describe_the_inputs(name):
     assert p.block_op in block.OPS
 
 
+def test_a_reference_using_its_modules_constants_compiles_inside_other_code():
+    """torch.compile resolves the globals of a function it inlines (rmsnorm's EPS, from the
+    model block) by module name: the registry's modules must be importable by theirs."""
+    p = problems.load("rmsnorm")
+    x, w = p.make_inputs({"M": 3, "N": 40}, torch.float32, "cpu", 0)
+    compiled = torch.compile(lambda x, w: p.module.reference(x, w) + 0.0)
+    torch.testing.assert_close(compiled(x, w), p.reference(x, w))
+
+
 def test_unknown_and_invalid_names_are_clear_errors():
     with pytest.raises(problems.ProblemError, match="unknown problem"):
         problems.load("nope")
