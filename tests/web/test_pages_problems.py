@@ -164,7 +164,7 @@ def test_without_measured_ceilings_the_page_says_so_and_gives_no_floor(engineer_
     assert "µs" not in roofline
     # bytes and flops are still shown: M=4096, N=4096 in bf16 moves (2*M*N + N) * 2 bytes.
     row = roofline[roofline.index("<code>M=4096,N=4096</code>") :]
-    assert f'<td class="num">{(2 * 4096 * 4096 + 4096) * 2 / 1e6:.3g}</td>' in row[:300]
+    assert f'<td class="num">{(2 * 4096 * 4096 + 4096) * 2 / 1e6:.4g}</td>' in row[:300]
 
 
 def test_each_shape_shows_its_floor_on_every_kind_with_measured_ceilings(
