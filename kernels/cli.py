@@ -1,4 +1,4 @@
-"""`python -m kernels`: problems, evaluate, tune, ceilings, profile.
+"""`python -m kernels`: problems, evaluate, tune, ceilings, profile, new-problem.
 
 Exit codes: 0 accepted (or success), 1 rejected, 2 usage error.
 """
@@ -315,6 +315,45 @@ def cmd_profile(args) -> int:
     return 0 if rep["verdict"] == "accepted" else 1
 
 
+def cmd_new_problem(args) -> int:
+    from kernels import scaffold
+    from kernels.harness import evaluate
+
+    try:
+        built = scaffold.build(
+            args.name,
+            args.reference,
+            args.inputs,
+            args.shapes,
+            smoke=args.smoke,
+            out_dir=args.dir,
+            cuda_dtype=args.dtype,
+        )
+    except scaffold.ScaffoldError as e:
+        raise UsageError(str(e)) from e
+    built.write()
+    print(f"wrote {built.problem_path}")
+    print(f"wrote {built.seed_path}  ({built.note})")
+    directory = built.problem_path.parent
+    known = [str(d) for d in problems.problem_dirs()[1:]]
+    if str(directory) not in known:
+        print(f"add {directory} to AUTOWEB_PROBLEM_DIRS (or pass --problems-dir) to use it")
+    print("first evaluation of the seed on the CPU interpreter:", flush=True)
+    _adopt()
+    problem = problems.load(built.name, [str(directory)])
+    rep = evaluate(
+        problem,
+        built.seed_source,
+        device="interpret",
+        tier="smoke",
+        timeout_s=args.timeout,
+        on_event=_progress(args.quiet),
+    )
+    _write_json(args.json, rep)
+    print_report(rep)
+    return 0 if rep["verdict"] == "accepted" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m kernels", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -383,6 +422,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
     p.add_argument("--measure", action="store_true", help="measure again even if cached")
     p.set_defaults(fn=cmd_ceilings)
+
+    p = sub.add_parser(
+        "new-problem",
+        help="scaffold a problem (and a seed kernel) from a PyTorch function, then evaluate it",
+        description="Write DIR/NAME.py (a problem whose reference calls your function) and "
+        "DIR/seeds/NAME.py (a naive Triton seed where the op class allows, else a template), "
+        "then evaluate the seed on the CPU interpreter. Exit 0: the seed was accepted; 1: it "
+        "was rejected (the files are written); 2: bad input, nothing written.",
+    )
+    p.add_argument("name", help="the problem's name (lowercase, digits, _)")
+    p.add_argument("--reference", required=True, metavar="MODULE:FUNCTION")
+    p.add_argument(
+        "--inputs",
+        required=True,
+        metavar="SPEC",
+        help='each input of the function as NAME:DIMS, in order, e.g. "x:M,N weight:N"',
+    )
+    p.add_argument(
+        "--shapes",
+        required=True,
+        metavar="SHAPES",
+        help='the GPU sweep: DIM=SIZE lists separated by spaces, e.g. "M=1,N=4096 M=4096,N=4096"',
+    )
+    p.add_argument("--smoke", metavar="SHAPES", help="the interpreter sweep (default: derived)")
+    p.add_argument("--dir", help="where to write (default: the first AUTOWEB_PROBLEM_DIRS entry)")
+    p.add_argument("--dtype", default="bfloat16", help="the GPU dtype (default bfloat16)")
+    p.add_argument("--json", metavar="OUT", help="write the evaluation report here")
+    p.add_argument("--timeout", type=float, default=None, help="seconds for the evaluation")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=cmd_new_problem)
 
     p = sub.add_parser("profile", help="evaluate, then attach ncu DRAM/SM throughput and occupancy")
     common(p)

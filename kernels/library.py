@@ -10,6 +10,10 @@ package) holds `manifest.json`, the released sources under `kernels/` and the re
 dtype and shape within the release's validated range; outside every range, on a device no
 release was validated on, or with no release at all, it calls the reference.
 
+How a call's inputs give its shape is the problem's own declaration (its DIMS and RANKS), which
+the export copies into the manifest's `problems` entry; with no manifest, inside autoweb, it is
+read from the problem registry.
+
 This file is copied verbatim into exported packages, so it imports nothing but the standard
 library and torch (lazily): never Django, never the rest of `kernels`.
 """
@@ -30,30 +34,6 @@ MANIFEST = "manifest.json"
 FORMAT = 1
 ENV_DIR = "AUTOWEB_LIBRARY_DIR"
 INTERPRET = "interpret"
-# The dims of each built-in problem's shape, as (input index, axis): how a call's inputs map to
-# the shape dicts the harness sweeps. The export writes them into the manifest.
-DIMS: dict[str, dict[str, tuple[int, int]]] = {
-    "softmax": {"M": (0, 0), "N": (0, 1)},
-    "rmsnorm": {"M": (0, 0), "N": (0, 1)},
-    "layernorm": {"M": (0, 0), "N": (0, 1)},
-    "swiglu": {"M": (0, 0), "N": (0, 1)},
-    "rope": {"B": (0, 0), "S": (0, 1), "H": (0, 2), "D": (0, 3)},
-    "matmul": {"M": (0, 0), "K": (0, 1), "N": (1, 1)},
-    "matmul_bias_gelu": {"M": (0, 0), "K": (0, 1), "N": (1, 1)},
-    "attention": {"B": (0, 0), "H": (0, 1), "S": (0, 2), "D": (0, 3)},
-}
-# The rank of each input, per problem: a call with other ranks (a 3-D x for a 2-D problem)
-# was never validated and falls back.
-RANKS: dict[str, list[int]] = {
-    "softmax": [2],
-    "rmsnorm": [2, 1],
-    "layernorm": [2, 1, 1],
-    "swiglu": [2, 2],
-    "rope": [4, 2, 2],
-    "matmul": [2, 2],
-    "matmul_bias_gelu": [2, 2, 1],
-    "attention": [4, 4, 4],
-}
 # Same names as kernels.harness.device.KINDS (kept in step by a test).
 _KINDS = {"H200": "h200", "H100": "h100", "B200": "b200", "A100": "a100", "L40S": "l40s"}
 
@@ -248,16 +228,32 @@ def _reference(problem: str, library_dir: Path | None) -> Callable[..., Any]:
     return problems.load(problem).module.reference
 
 
+def _declared(problem: str) -> tuple[dict[str, Any] | None, list[int] | None]:
+    """DIMS and RANKS from the problem registry, when running inside autoweb."""
+    try:
+        from kernels import problems
+    except ImportError:
+        return None, None
+    try:
+        p = problems.load(problem)
+    except problems.ProblemError:
+        return None, None
+    return dict(p.dims), list(p.ranks)
+
+
 def load(problem: str, library_dir: str | Path | None = None) -> Kernel:
     """The dispatching kernel for `problem` (the reference alone when no release is known)."""
     root = Path(library_dir) if library_dir is not None else default_dir()
     releases: list[dict[str, Any]] = []
-    dims, ranks = DIMS.get(problem), RANKS.get(problem)
+    dims = ranks = None
     if root is not None:
         manifest = read_manifest(root)
         releases = [r for r in manifest.get("releases", []) if r.get("problem") == problem]
         entry = manifest.get("problems", {}).get(problem) or {}
-        dims, ranks = entry.get("dims") or dims, entry.get("ranks") or ranks
+        dims, ranks = entry.get("dims"), entry.get("ranks")
+    if dims is None:  # no manifest, or one without this problem: autoweb's own declaration
+        dims, declared_ranks = _declared(problem)
+        ranks = ranks or declared_ranks
     if dims is None:
         raise LibraryError(f"unknown problem {problem!r}: no dims in the manifest")
     return Kernel(problem, releases, dims, _reference(problem, root), root, ranks)

@@ -4,9 +4,11 @@ Three things an ordinary trial does not prove:
 - the full shape sweep (within the approved range) on fresh secret seeds, not the sweep the
   search optimised against;
 - CUDA-graph capture and replay (the harness's `cuda_graph` check, required here, not optional);
-- an end-to-end check: a small transformer block using the kernel, captured in a CUDA graph and
-  timed against the same block with the reference (`kernels.harness.e2e`), so a kernel that is
-  fast alone but slows the block is caught.
+- an end-to-end check: the model block (`kernels.block`) with the kernel in the place of its
+  problem's BLOCK_OP, captured in a CUDA graph and timed against the same block with the
+  reference (`kernels.harness.e2e`), so a kernel that is fast alone but slows the block is
+  caught. A problem with no BLOCK_OP (a user's op the block does not call) has no such check:
+  the report says it is not applicable.
 On the CPU interpreter the graph and block timing cannot run: correctness over the sweep is
 checked, the rest is reported as skipped. Django-free: the GPU worker runs it.
 """
@@ -94,14 +96,22 @@ def revalidate(
         baselines_compiled=True,
         skip_static_checks=False,
         verify=True,
-        extra={"e2e": True},
+        extra={"e2e": problem.block_op is not None},
     )
     checks = report.setdefault("checks", {})
-    if dev != "cuda":
+    required = REQUIRED_ON_GPU
+    if problem.block_op is None:
+        required = tuple(n for n in REQUIRED_ON_GPU if n != "end_to_end")
+        checks["end_to_end"] = {
+            "passed": None,
+            "detail": f"not applicable: {problem.name} declares no BLOCK_OP, so it has no place "
+            "in the model block",
+        }
+    elif dev != "cuda":
         checks.setdefault("end_to_end", {"passed": None, "detail": "skipped: needs CUDA"})
     reasons = list(report.get("reasons") or [])
     if report.get("verdict") == "accepted" and dev == "cuda":
-        for name in REQUIRED_ON_GPU:
+        for name in required:
             check = checks.get(name) or {}
             if check.get("passed") is not True:
                 reasons.append(f"{name}: {check.get('detail') or 'not run'}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import inspect
 import io
 import json
@@ -38,42 +39,72 @@ class ExportError(ValueError):
 
 
 def reference_module(problem: str) -> str:
-    """A standalone module with the problem's `reference`: its source plus the module-level
-    constants and modules it names (e.g. EPS, torch)."""
+    """A standalone module with the problem's `reference`: its source plus what it names from
+    the problem module, followed through the helpers it calls: module-level constants, modules
+    (imported by name), functions defined there (copied) and functions imported from elsewhere
+    (imported from where they live, which must then be importable where the library runs)."""
     mod = registry.load(problem).module
-    fn = mod.reference
     header = ["from __future__ import annotations", "", "import math", "", "import torch", ""]
-    names: set[str] = set()
+    copied: list[str] = []
+    seen: set[str] = set()
 
-    def collect(code: types.CodeType) -> None:
-        names.update(code.co_names)
+    def names_of(code: types.CodeType) -> set[str]:
+        found = set(code.co_names)
         for const in code.co_consts:
             if isinstance(const, types.CodeType):
-                collect(const)
+                found |= names_of(const)
+        return found
 
-    collect(fn.__code__)
-    for name in sorted(names):
-        if name not in vars(mod) or name in ("torch", "math"):
-            continue
-        value = vars(mod)[name]
-        if isinstance(value, types.ModuleType):
-            header.append(f"import {value.__name__} as {name}")
-        elif isinstance(value, bool | int | float | str):
-            header.append(f"{name} = {value!r}")
-        elif callable(value) and getattr(value, "__module__", None) == mod.__name__:
-            header.append(inspect.getsource(value))
-    return "\n".join(header) + "\n\n" + inspect.getsource(fn)
+    def follow(fn: types.FunctionType) -> None:
+        for name in sorted(names_of(fn.__code__)):
+            if name in seen or name not in vars(mod) or name in ("torch", "math"):
+                continue
+            seen.add(name)
+            value = vars(mod)[name]
+            if isinstance(value, types.ModuleType):
+                header.append(f"import {value.__name__} as {name}")
+            elif isinstance(value, bool | int | float | str):
+                header.append(f"{name} = {value!r}")
+            elif isinstance(value, types.FunctionType) and value.__module__ == mod.__name__:
+                copied.append(inspect.getsource(value))
+                follow(value)
+            elif callable(value) and _importable(value):
+                header.append(f"from {value.__module__} import {value.__qualname__} as {name}")
+            else:
+                raise ExportError(
+                    f"problem {problem!r}: its reference uses {name!r} "
+                    f"({type(value).__name__}), which the export cannot carry into the package"
+                )
+
+    follow(mod.reference)
+    body = [*copied, inspect.getsource(mod.reference)]
+    return "\n".join(header) + "\n\n" + "\n\n".join(body)
+
+
+def _importable(value: object) -> bool:
+    """A function or class that `from its module import its name` gives back."""
+    module = getattr(value, "__module__", None) or ""
+    qualname = getattr(value, "__qualname__", "") or ""
+    if not module or module.startswith("autoweb_problem_") or "." in qualname or "<" in qualname:
+        return False
+    try:
+        return getattr(importlib.import_module(module), qualname, None) is value
+    except ImportError:
+        return False
 
 
 def problem_entry(problem: str) -> dict:
-    module = registry.load(problem).module
-    dims = runtime.DIMS.get(problem) or getattr(module, "DIMS", None)
-    if not dims:
-        raise ExportError(f"problem {problem!r} declares no DIMS: the library cannot dispatch it")
+    """The manifest's entry for a problem: its declared DIMS and RANKS (checked against the
+    inputs it makes), which is all the dispatcher needs to read a call's shape."""
+    try:
+        p = registry.load(problem)
+        p.check_dims()
+    except registry.ProblemError as e:
+        raise ExportError(f"cannot export {problem!r}: {e}") from e
     return {
-        "dims": dims,
-        "ranks": runtime.RANKS.get(problem) or getattr(module, "RANKS", None),
-        "signature": registry.load(problem).signature,
+        "dims": {k: list(v) for k, v in p.dims.items()},
+        "ranks": list(p.ranks),
+        "signature": p.signature,
     }
 
 

@@ -137,6 +137,29 @@ def fleet(*, registered: bool = True) -> Fleet:
     return out
 
 
+def measured_ceilings(fleet: Fleet) -> dict[str, dict[str, Any]]:
+    """GPU kind -> the ceilings its workers measured (copy bandwidth, bf16 matrix rate), from an
+    online worker when one is up, else from a registered one, with the worker and device they
+    came from. A kind none of whose workers reported both numbers is left out: the pages say
+    so rather than use a datasheet figure."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in sorted(fleet.workers, key=lambda r: (not r.online, r.name)):
+        c = row.ceilings
+        numbers = [c.get("copy_gbps"), c.get("matmul_tflops_bf16")]
+        valid = all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 1e9 for v in numbers
+        )
+        if row.kind and row.kind not in out and valid:
+            out[row.kind] = {
+                "copy_gbps": float(numbers[0]),
+                "matmul_tflops_bf16": float(numbers[1]),
+                "worker": row.name,
+                "device": row.device or str(c.get("device") or ""),
+                "online": row.online,
+            }
+    return out
+
+
 def _where(url: str) -> str:
     """host:port/db of a Redis URL, without any password it may carry."""
     rest = url.split("://", 1)[-1]

@@ -110,13 +110,22 @@ class IdeaForm(forms.Form):
         self,
         *args: Any,
         problems: Iterable[str] = (),
+        user_problems: Iterable[str] = (),
+        broken_problems: Iterable[str] = (),
         online_kinds: Iterable[str] = (),
         models: Iterable[str] = (),
         packs: Iterable[str] = (),
         **kw: Any,
     ) -> None:
         super().__init__(*args, **kw)
-        self.fields["problem"].choices = [(name, name) for name in problems]
+        builtin = [(name, name) for name in problems]
+        users = [(name, name) for name in user_problems]
+        # Listed so that choosing one says why it cannot be used (the service refuses it).
+        broken = [(name, f"{name} (failed to load)") for name in broken_problems]
+        # The user's own problems (from AUTOWEB_PROBLEM_DIRS) in groups of their own.
+        groups = [("Your problems", users), ("Failed to load", broken)]
+        groups = [(label, choices) for label, choices in groups if choices]
+        self.fields["problem"].choices = [("Built-in", builtin), *groups] if groups else builtin
         self.fields["target_kinds"].choices = kind_choices(online_kinds)
         self.fields["proposer"].choices = proposer_choices(models)
         self.fields["context_packs"].choices = [(name, name) for name in packs]

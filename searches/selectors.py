@@ -22,23 +22,57 @@ from searches.models import FAILURES, Idea, Search, Trial, Worker
 @dataclass
 class ProblemListing:
     problems: list[dict[str, Any]] = field(default_factory=list)
-    # One line per problem that failed to load (a user's problem directory may hold a broken
-    # module); the page shows them instead of failing as a whole.
-    errors: list[str] = field(default_factory=list)
+    # One entry per problem that failed to load (a user's problem directory may hold a broken
+    # module) or whose file is hidden by another of the same name: {"name", "path", "builtin",
+    # "error"}. The pages show them instead of failing as a whole.
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def builtin(self) -> list[dict[str, Any]]:
+        return [p for p in self.problems if p["builtin"]]
+
+    @property
+    def users(self) -> list[dict[str, Any]]:
+        return [p for p in self.problems if not p["builtin"]]
+
+    @property
+    def broken(self) -> list[str]:
+        """Problems of the registry that failed to load (not files hidden by another)."""
+        loaded = {p["name"] for p in self.problems}
+        return [e["name"] for e in self.errors if e["name"] and e["name"] not in loaded]
+
+
+def _load_error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def list_problems() -> ProblemListing:
+    """Every problem of the registry, built-in and the user's (AUTOWEB_PROBLEM_DIRS)."""
     listing = ProblemListing()
     try:
-        names = registry.names()
+        sources = registry.sources()
+        shadowed = registry.shadowed()
     except registry.ProblemError as exc:
-        listing.errors.append(str(exc))
+        listing.errors.append({"name": "", "path": "", "builtin": False, "error": str(exc)})
         return listing
-    for name in names:
+    for name, path in sources.items():
         try:
             listing.problems.append(registry.load(name).to_dict())
-        except Exception as exc:  # a problem module is user code: any error it raises is shown
-            listing.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+        except (Exception, SystemExit) as exc:  # a problem module is user code: show it
+            builtin = path.parent == registry.BUILTIN_DIR
+            listing.errors.append(
+                {"name": name, "path": str(path), "builtin": builtin, "error": _load_error(exc)}
+            )
+    for name, path, used in shadowed:
+        why = "a built-in problem" if used.parent == registry.BUILTIN_DIR else str(used)
+        listing.errors.append(
+            {
+                "name": name,
+                "path": str(path),
+                "builtin": False,
+                "error": f"not loaded: {why} has the same name; rename this file",
+            }
+        )
     return listing
 
 
@@ -288,11 +322,12 @@ def problem_detail(name: Any) -> dict[str, Any]:
         raise Http404(str(exc)) from None
     if name not in known:
         raise Http404(f"No problem {name!r}.")
+    path = registry.sources().get(name)
     try:
         problem = registry.load(name)
         data = problem.to_dict()
-    except Exception as exc:  # a problem module is user code: show whatever it raised
-        return {"name": name, "error": f"{type(exc).__name__}: {exc}"}
+    except (Exception, SystemExit) as exc:  # a problem module is user code: show it
+        return {"name": name, "path": str(path or ""), "error": _load_error(exc)}
     data["reference_source"] = problem.reference_source()
     data["seed_source"] = problem.seed_path.read_text() if problem.seed_path.is_file() else ""
     data["tolerances"] = {
@@ -324,3 +359,33 @@ def tried_of(search: Search, trials=None, parent: Trial | None = None) -> list[T
         if isinstance(e, dict) and e.get("parent") == (parent.index if parent else None)
     ]
     return tried
+
+
+def problem_roofline(name: str, ceilings: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each GPU-sweep shape's minimum bytes and flops (in the problem's GPU dtype), and its
+    roofline floor on every GPU kind with measured ceilings (`fleet.measured_ceilings`)."""
+    from kernels.harness.roofline import floor
+
+    problem = registry.load(name)
+    dtype = problem.dtype("cuda")
+    rows = []
+    for shape in problem.shapes("full"):
+        row: dict[str, Any] = {"label": registry.shape_label(shape), "floors": []}
+        try:
+            nbytes, flops = problem.bytes(shape, dtype), problem.flops(shape)
+        except Exception as exc:  # user code
+            row["error"] = _load_error(exc)
+            rows.append(row)
+            continue
+        row.update(bytes=nbytes, flops=flops, mbytes=nbytes / 1e6, gflop=flops / 1e9)
+        for kind, c in sorted(ceilings.items()):
+            f = floor(flops, nbytes, c)
+            row["floors"].append(
+                {"kind": kind, "floor_us": f["floor_ms"] * 1e3, "bound": f["bound"]}
+            )
+        rows.append(row)
+    return {
+        "dtype": str(dtype).replace("torch.", ""),
+        "kinds": [{"kind": k, **c} for k, c in sorted(ceilings.items())],
+        "rows": rows,
+    }

@@ -21,10 +21,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from kernels import problems as registry
 from searches import live, rendering, roles, selectors, services
 from searches.errors import DomainError
-from searches.fleet import fleet
+from searches.fleet import fleet, measured_ceilings
 from searches.forms import IdeaForm
 from searches.orchestrator import enqueue_search
 from searches.reports import report_view
@@ -79,6 +78,14 @@ def problem_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 def problem_detail(request: HttpRequest, name: str) -> HttpResponse:
     problem = selectors.problem_detail(name)
+    roofline, unmeasured, redis_error = None, [], ""
+    if not problem.get("error"):
+        workers = fleet()
+        ceilings = measured_ceilings(workers)
+        roofline = selectors.problem_roofline(name, ceilings)
+        kinds = {w.kind for w in workers.workers if w.kind and w.kind != "interpret"}
+        unmeasured = sorted(kinds - set(ceilings))
+        redis_error = workers.redis_error
     return render(
         request,
         "searches/problem.html",
@@ -86,6 +93,9 @@ def problem_detail(request: HttpRequest, name: str) -> HttpResponse:
             "problem": problem,
             "reference_html": rendering.python(problem.get("reference_source", "")),
             "seed_html": rendering.python(problem.get("seed_source", "")),
+            "roofline": roofline,
+            "unmeasured_kinds": unmeasured,
+            "fleet_error": redis_error,
         },
     )
 
@@ -99,10 +109,7 @@ def workers(request: HttpRequest) -> HttpResponse:
 
 
 def _idea_form(data: Any = None) -> IdeaForm:
-    try:
-        names = registry.names()
-    except registry.ProblemError:
-        names = []
+    listing = selectors.list_problems()
     online = fleet(registered=False)
     from django.conf import settings
 
@@ -111,7 +118,9 @@ def _idea_form(data: Any = None) -> IdeaForm:
     models = [settings.AUTOWEB_DEFAULT_MODEL, *settings.AUTOWEB_LLM_MODELS]
     return IdeaForm(
         data,
-        problems=names,
+        problems=[p["name"] for p in listing.builtin],
+        user_problems=[p["name"] for p in listing.users],
+        broken_problems=listing.broken,
         online_kinds=online.kinds,
         models=models,
         packs=list(packs.available("model")),
@@ -125,7 +134,7 @@ def idea_new(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
         form = _idea_form()
         initial_problem = request.GET.get("problem")
-        if initial_problem in dict(form.fields["problem"].choices):
+        if initial_problem and form.fields["problem"].valid_value(initial_problem):
             form.initial["problem"] = initial_problem
         return render(request, "searches/idea_new.html", {"form": form})
     form = _idea_form(request.POST)

@@ -24,6 +24,7 @@ DESCRIPTION = (
 SEED = "seeds/token_logprobs.py"
 CAP = 30.0
 DIMS = {"M": (0, 0), "V": (0, 1)}
+RANKS = (2, 1)
 
 # Decode batches (1-256 tokens) and prefill / RL rollout chunks (1k-8k tokens) over the
 # vocabularies of Llama 2 (32000), Llama 3 (128256) and Gemma (256000).

@@ -587,7 +587,7 @@ def end_to_end(spec, problem, cand: Candidate, send) -> None:
     device = "cuda" if spec["device"] == "cuda" else "cpu"
     try:
         result = e2e.run(
-            problem.name,
+            problem,  # the loaded problem: a user's is not found by name in here
             cand.mod.kernel,
             device=device,
             dtype=getattr(torch, spec["dtype"]),

@@ -9,6 +9,8 @@ Module contract (see docs/problems.md):
 
     SIGNATURE: str                      # "kernel(x, weight)"
     DESCRIPTION: str
+    DIMS: dict[str, tuple[int, int]]    # shape dim -> (input index, axis): {"M": (0, 0), ...}
+    RANKS: tuple[int, ...]              # the rank of each input, in signature order
     def reference(*inputs) -> Tensor    # pure PyTorch: the eager baseline, and torch.compile'd
     def make_inputs(shape, dtype, device, generator) -> tuple[Tensor, ...]
     SHAPES_FULL: list[dict[str, int]]   # GPU sweep
@@ -18,14 +20,18 @@ Module contract (see docs/problems.md):
     def flops(shape) -> float
     def bytes(shape, dtype) -> float    # minimum DRAM traffic: inputs read once, output written
     def oracle(*inputs_fp64) -> Tensor  # optional; defaults to reference on float64 inputs
+    BLOCK_OP: str                       # optional; the op of kernels/block.py it stands in for
+    SEED: str                           # optional; its seed kernel, relative to the module
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
+import math
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +63,8 @@ _REQUIRED = (
     "TOLERANCE",
     "flops",
     "bytes",
+    "DIMS",
+    "RANKS",
 )
 
 
@@ -86,6 +94,23 @@ class Problem:
     @property
     def description(self) -> str:
         return getattr(self.module, "DESCRIPTION", "")
+
+    @property
+    def builtin(self) -> bool:
+        return self.path.parent == BUILTIN_DIR
+
+    @property
+    def dims(self) -> dict[str, tuple[int, int]]:
+        """Shape dim -> (input index, axis): where a call's inputs hold each dim."""
+        return {k: (int(v[0]), int(v[1])) for k, v in self.module.DIMS.items()}
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(int(r) for r in self.module.RANKS)
+
+    @property
+    def block_op(self) -> str | None:
+        return getattr(self.module, "BLOCK_OP", None)
 
     @property
     def seed_path(self) -> Path:
@@ -135,12 +160,43 @@ class Problem:
     def reference_source(self) -> str:
         return inspect.getsource(self.module.reference)
 
+    def check_dims(self) -> None:
+        """Build real inputs and check that DIMS and RANKS describe them: the library reads a
+        call's shape through DIMS, so a wrong axis would dispatch releases on the wrong sizes.
+        Uses the smoke shape with the most distinct sizes, so that swapped axes show."""
+        shape = max(
+            self.shapes("smoke"), key=lambda s: (len(set(s.values())), -math.prod(s.values()))
+        )
+        try:
+            inputs = self.make_inputs(shape, self.dtype("interpret"), "cpu", 0)
+        except Exception as e:
+            raise ProblemError(
+                f"problem {self.name!r}: make_inputs({shape_label(shape)}) raised "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        ranks = [x.dim() for x in inputs]
+        if ranks != list(self.ranks):
+            raise ProblemError(
+                f"problem {self.name!r}: RANKS says {list(self.ranks)} but make_inputs"
+                f"({shape_label(shape)}) gives inputs of ranks {ranks}"
+            )
+        for dim, (i, axis) in self.dims.items():
+            got = int(inputs[i].shape[axis])
+            if got != shape[dim]:
+                raise ProblemError(
+                    f"problem {self.name!r}: DIMS reads {dim} from input {i} axis {axis}, which "
+                    f"is {got} for the shape {shape_label(shape)} ({dim}={shape[dim]})"
+                )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "signature": self.signature,
             "description": self.description,
             "path": str(self.path),
+            "builtin": self.builtin,
+            "dims": {k: list(v) for k, v in self.dims.items()},
+            "ranks": list(self.ranks),
             "dtypes": {k: str(v).replace("torch.", "") for k, v in self.module.DTYPES.items()},
             "shapes": {
                 "smoke": [shape_label(s) for s in self.shapes("smoke")],
@@ -161,14 +217,29 @@ def problem_dirs(extra: list[str] | None = None) -> list[Path]:
     return dirs
 
 
+def _files(dirs: list[Path]) -> list[Path]:
+    return [f for d in dirs for f in sorted(d.glob("*.py")) if not f.name.startswith("_")]
+
+
 def _candidates(dirs: list[Path]) -> dict[str, Path]:
     found: dict[str, Path] = {}
-    for d in dirs:
-        for f in sorted(d.glob("*.py")):
-            if f.name.startswith("_"):
-                continue
-            found.setdefault(f.stem, f)  # built-ins win over a same-named user file
+    for f in _files(dirs):
+        found.setdefault(f.stem, f)  # built-ins win over a same-named user file
     return found
+
+
+def sources(extra_dirs: list[str] | None = None) -> dict[str, Path]:
+    """Name -> module file of every problem, in the order of `names()`."""
+    found = _candidates(problem_dirs(extra_dirs))
+    return {n: found[n] for n in names(extra_dirs)}
+
+
+def shadowed(extra_dirs: list[str] | None = None) -> list[tuple[str, Path, Path]]:
+    """(name, file, the file used instead) for each problem file hidden by a built-in or by an
+    earlier directory of the same name: it is never loaded, and a user should be told."""
+    dirs = problem_dirs(extra_dirs)
+    found = _candidates(dirs)
+    return [(f.stem, f, found[f.stem]) for f in _files(dirs) if found[f.stem] != f]
 
 
 def _import(name: str, path: Path) -> ModuleType:
@@ -176,11 +247,18 @@ def _import(name: str, path: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ProblemError(f"cannot import problem {name!r} from {path}")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    missing = [a for a in _REQUIRED if not hasattr(mod, a)]
-    if missing:
-        raise ProblemError(f"problem {name!r} ({path}) lacks {', '.join(missing)}")
-    _check_declarations(name, mod)
+    # Registered under its name: torch.compile (dynamo) looks a function's globals up by module
+    # name, e.g. a reference's EPS; a module that fails to load is removed again.
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+        missing = [a for a in _REQUIRED if not hasattr(mod, a)]
+        if missing:
+            raise ProblemError(f"problem {name!r} ({path}) lacks {', '.join(missing)}")
+        _check_declarations(name, mod)
+    except BaseException:
+        sys.modules.pop(spec.name, None)
+        raise
     return mod
 
 
@@ -218,6 +296,53 @@ def _check_declarations(name: str, mod: ModuleType) -> None:
     for key in ("DTYPES", "TOLERANCE"):
         if not isinstance(getattr(mod, key), dict):
             raise ProblemError(f"problem {name!r}: {key} must be a dict")
+    _check_dims(name, mod, sig)
+
+
+def _check_dims(name: str, mod: ModuleType, sig: str) -> None:
+    n_args = sig.count(",") + 1
+    ranks = mod.RANKS
+    if (
+        not isinstance(ranks, list | tuple)
+        or len(ranks) != n_args
+        or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in ranks)
+    ):
+        raise ProblemError(
+            f"problem {name!r}: RANKS must give the rank of each of the {n_args} inputs of "
+            f"{sig}, e.g. (2, 1); got {ranks!r:.80}"
+        )
+    dims = mod.DIMS
+    if not isinstance(dims, dict) or not dims:
+        raise ProblemError(
+            f"problem {name!r}: DIMS must map each shape dim to (input index, axis), "
+            f"e.g. {{'M': (0, 0), 'N': (0, 1)}}"
+        )
+    for dim, where in dims.items():
+        ok = (
+            isinstance(where, list | tuple)
+            and len(where) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in where)
+        )
+        if not ok or not 0 <= where[0] < n_args or not 0 <= where[1] < ranks[where[0]]:
+            raise ProblemError(
+                f"problem {name!r}: DIMS[{dim!r}] must be (input index, axis) of an input of "
+                f"{sig} with RANKS {tuple(ranks)}; got {where!r:.40}"
+            )
+    swept = {d for tier in ("SHAPES_FULL", "SHAPES_SMOKE") for s in getattr(mod, tier) for d in s}
+    if swept != set(dims):
+        raise ProblemError(
+            f"problem {name!r}: DIMS names {sorted(dims)} but the sweeps use {sorted(swept)}; "
+            "every shape dim needs one entry"
+        )
+    op = getattr(mod, "BLOCK_OP", None)
+    if op is not None:
+        from kernels.block import OPS
+
+        if op not in OPS:
+            raise ProblemError(
+                f"problem {name!r}: BLOCK_OP {op!r:.40} is not an op of the model block "
+                f"(one of {', '.join(OPS)})"
+            )
 
 
 _cache: dict[Path, Problem] = {}

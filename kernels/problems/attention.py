@@ -11,6 +11,11 @@ DESCRIPTION = (
     "q, k, v [B, H, S, D]; causal self-attention (query i sees keys 0..i), scale 1/sqrt(D), "
     "fp32 softmax and accumulation; output [B, H, S, D], dtype = q.dtype."
 )
+# Which input and axis each shape dim is read from, (input, axis): q, k, v [B, H, S, D].
+DIMS = {"B": (0, 0), "H": (0, 1), "S": (0, 2), "D": (0, 3)}
+RANKS = (4, 4, 4)  # of each input, in signature order
+# The op of the model block (kernels/block.py) this kernel stands in for.
+BLOCK_OP = "attention"
 
 # Prefill attention of 7B-70B-class models, head dims 128 and 64, S from 512 to 32768 with B*H
 # reduced as S grows (q, k, v, out stay <= 64 MiB each); S = 1500 and 3000 divide no tile.

@@ -11,6 +11,11 @@ DESCRIPTION = (
     "x [M, N], weight [N], bias [N]; y = (x - mean) * rsqrt(var + eps) * weight + bias over the "
     "last dim, biased variance, eps = 1e-5, fp32 math; output dtype = x.dtype."
 )
+# Which input and axis each shape dim is read from, (input, axis): x [M, N], weight and bias [N].
+DIMS = {"M": (0, 0), "N": (0, 1)}
+RANKS = (2, 1, 1)  # of each input, in signature order
+# The op of the model block (kernels/block.py) this kernel stands in for.
+BLOCK_OP = "layernorm"
 EPS = 1e-5
 
 # Tokens x width of transformer LayerNorms: ViT/BERT widths (768, 1024, 1280), GPT-style 4096 to

@@ -8,6 +8,11 @@ SIGNATURE = "kernel(a, b)"
 DESCRIPTION = (
     "a [M, K], b [K, N] (both row-major); c = a @ b, fp32 accumulation, output dtype = a.dtype."
 )
+# Which input and axis each shape dim is read from, (input, axis): a [M, K], b [K, N].
+DIMS = {"M": (0, 0), "K": (0, 1), "N": (1, 1)}
+RANKS = (2, 2)  # of each input, in signature order
+# The op of the model block (kernels/block.py) this kernel stands in for.
+BLOCK_OP = "matmul"
 
 # Squares 1024..8192; LLM projections with K, N in {4096, 11008, 14336}: decode (M = 1, 16, 128)
 # and prefill (M = 4096..16384); odd sizes that divide no tile.

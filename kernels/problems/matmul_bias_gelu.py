@@ -10,6 +10,11 @@ DESCRIPTION = (
     "gelu_tanh(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))); fp32 accumulation, "
     "output dtype = a.dtype."
 )
+# Which input and axis each shape dim is read from, (input, axis): a [M, K], b [K, N], bias [N].
+DIMS = {"M": (0, 0), "K": (0, 1), "N": (1, 1)}
+RANKS = (2, 2, 1)  # of each input, in signature order
+# The op of the model block (kernels/block.py) this kernel stands in for.
+BLOCK_OP = "matmul_bias_gelu"
 
 # MLP up-projections (K = hidden, N = intermediate) and squares: decode (M = 1, 16, 128),
 # prefill (M = 4096..16384) with N = 11008 / 14336, and odd sizes that divide no tile.

@@ -11,6 +11,11 @@ DESCRIPTION = (
     "x [M, N], weight [N]; fp32 math, eps = 1e-6; y = x * rsqrt(mean(x^2, dim=-1) + eps) * weight; "
     "output dtype = x.dtype."
 )
+# Which input and axis each shape dim is read from, (input, axis): x [M, N], weight [N].
+DIMS = {"M": (0, 0), "N": (0, 1)}
+RANKS = (2, 1)  # of each input, in signature order
+# The op of the model block (kernels/block.py) this kernel stands in for.
+BLOCK_OP = "rmsnorm"
 EPS = 1e-6
 
 # Tokens x hidden size of LLM pre-norms: decode batches (1, 128 rows), prefill up to 65536 x 4096,

@@ -10,6 +10,11 @@ DESCRIPTION = (
     "x2 = x[..., D/2:], out[..., :D/2] = x1*cos - x2*sin, out[..., D/2:] = x2*cos + x1*sin "
     "(cos/sin broadcast over B and H); output dtype = x.dtype."
 )
+# Which input and axis each shape dim is read from, (input, axis): x [B, S, H, D], cos/sin [S, D/2].
+DIMS = {"B": (0, 0), "S": (0, 1), "H": (0, 2), "D": (0, 3)}
+RANKS = (4, 2, 2)  # of each input, in signature order
+# The op of the model block (kernels/block.py) this kernel stands in for.
+BLOCK_OP = "rope"
 ROPE_THETA = 10000.0
 
 # Queries (H = 32, 40, 28) and grouped KV heads (H = 8) of Llama/Qwen-style models, head dims

@@ -8,6 +8,11 @@ from kernels.problems import _rows
 
 SIGNATURE = "kernel(x)"
 DESCRIPTION = "x [M, N]; softmax over the last dim; output dtype = x.dtype."
+# Which input and axis each shape dim is read from, (input, axis): x [M, N].
+DIMS = {"M": (0, 0), "N": (0, 1)}
+RANKS = (2,)  # of each input, in signature order
+# The op of the model block (kernels/block.py) this kernel stands in for.
+BLOCK_OP = "softmax"
 
 # Rows x cols of attention probabilities, LM heads and MoE routers. Covers 65536 x 4096 and
 # 4096 x 32768, non-powers of two, and a vocab-sized row.

@@ -10,6 +10,11 @@ SIGNATURE = "kernel(a, b)"
 DESCRIPTION = (
     "a, b [M, N] (same shape); y = silu(a) * b = a * sigmoid(a) * b; output dtype = a.dtype."
 )
+# Which input and axis each shape dim is read from, (input, axis): a, b [M, N].
+DIMS = {"M": (0, 0), "N": (0, 1)}
+RANKS = (2, 2)  # of each input, in signature order
+# The op of the model block (kernels/block.py) this kernel stands in for.
+BLOCK_OP = "swiglu"
 
 # Tokens x MLP intermediate size: Llama-3-8B 14336, Llama-2-7B 11008, Llama-2-13B 13824,
 # Qwen2-7B 18944, Llama-70B 28672; decode batches; plus 65536 x 4096, 4096 x 32768 and N = 1000.

@@ -39,6 +39,11 @@ def ms(value: Any) -> str:
 
 
 @register.filter
+def us(value: Any) -> str:
+    return _shown(value, ".3g", " µs")
+
+
+@register.filter
 def speedup(value: Any) -> str:
     return _shown(value, ".2f", "×")
 

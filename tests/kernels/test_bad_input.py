@@ -46,6 +46,51 @@ def test_a_problem_declaring_malformed_shapes_is_refused_with_a_clear_error(
     assert message in str(info.value)
 
 
+GOOD_DIMS = 'DIMS = {"M": (0, 0), "N": (0, 1)}\nRANKS = (2,)'
+
+BAD_DIMS = [
+    ("RANKS = (2,)", "lacks DIMS"),
+    ('DIMS = {"M": (0, 0), "N": (0, 1)}', "lacks RANKS"),
+    ("DIMS = {}\nRANKS = (2,)", "DIMS must map each shape dim"),
+    ('DIMS = {"M": (0, 0)}\nRANKS = (2,)', "DIMS names ['M'] but the sweeps use ['M', 'N']"),
+    ('DIMS = {"M": (0, 0), "N": (0, 1), "K": (0, 1)}\nRANKS = (2,)', "every shape dim"),
+    ('DIMS = {"M": (1, 0), "N": (0, 1)}\nRANKS = (2,)', "DIMS['M'] must be (input index, axis)"),
+    ('DIMS = {"M": (0, 0), "N": (0, 2)}\nRANKS = (2,)', "DIMS['N'] must be (input index, axis)"),
+    ('DIMS = {"M": 0, "N": (0, 1)}\nRANKS = (2,)', "got 0"),
+    ('DIMS = {"M": (0, 0), "N": (0, 1)}\nRANKS = (2, 1)', "RANKS must give the rank of each"),
+    ('DIMS = {"M": (0, 0), "N": (0, 1)}\nRANKS = ("2",)', "RANKS must give the rank of each"),
+    (GOOD_DIMS + '\nBLOCK_OP = "conv"', "BLOCK_OP 'conv' is not an op of the model block"),
+]
+
+
+@pytest.mark.parametrize(("lines", "message"), BAD_DIMS)
+def test_a_problem_declaring_malformed_dims_is_refused_with_a_clear_error(tmp_path, lines, message):
+    assert GOOD_DIMS in ROWSCALE
+    (tmp_path / "baddims.py").write_text(ROWSCALE.replace(GOOD_DIMS, lines))
+    with pytest.raises(problems.ProblemError, match="baddims") as info:
+        problems.load("baddims", [str(tmp_path)])
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("dims", "message"),
+    [
+        ('DIMS = {"M": (0, 1), "N": (0, 0)}', "DIMS reads M from input 0 axis 1, which is 300"),
+        ("RANKS = (3,)", "RANKS says [3] but make_inputs(M=7,N=300) gives inputs of ranks [2]"),
+    ],
+)
+def test_dims_that_disagree_with_the_inputs_fail_the_check(tmp_path, dims, message):
+    """DIMS and RANKS that load fine but do not describe the inputs: the export runs this
+    check, since a swapped axis would dispatch releases on the wrong sizes."""
+    line = dims if dims.startswith("DIMS") else 'DIMS = {"M": (0, 0), "N": (0, 1)}'
+    ranks = dims if dims.startswith("RANKS") else "RANKS = (2,)"
+    (tmp_path / "liar.py").write_text(ROWSCALE.replace(GOOD_DIMS, f"{line}\n{ranks}"))
+    problem = problems.load("liar", [str(tmp_path)])
+    with pytest.raises(problems.ProblemError, match="liar") as info:
+        problem.check_dims()
+    assert message in str(info.value)
+
+
 @pytest.mark.parametrize(
     "signature", ["kernel", "kernel()", "def kernel(x):", "kernel(x, 1)", "kernel(x) or 1", "5"]
 )

@@ -164,6 +164,8 @@ import torch
 
 SIGNATURE = "kernel(x)"
 DESCRIPTION = "x [M, N]; y = 2 * x."
+DIMS = {"M": (0, 0), "N": (0, 1)}
+RANKS = (2,)
 SHAPES_FULL = [{"M": 4096, "N": 4096}]
 SHAPES_SMOKE = [{"M": 1, "N": 1}, {"M": 7, "N": 300}, {"M": 3, "N": 5000}]
 DTYPES = {"cuda": torch.bfloat16, "interpret": torch.float32}

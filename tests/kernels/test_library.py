@@ -24,7 +24,7 @@ def write(root: Path, releases: list[dict], sources: dict[str, str]) -> Path:
         (root / name).write_text(text)
     manifest = {
         "format": library.FORMAT,
-        "problems": {"softmax": {"dims": library.DIMS["softmax"], "ranks": [2]}},
+        "problems": {"softmax": {"dims": {"M": [0, 0], "N": [0, 1]}, "ranks": [2]}},
         "releases": releases,
     }
     (root / library.MANIFEST).write_text(json.dumps(manifest))
@@ -188,3 +188,121 @@ def test_the_loader_imports_no_django_nor_the_rest_of_kernels():
         "torch",
         "kernels",
     }
+
+
+# A manifest exactly as the export wrote it before problems declared their own dims (the dims
+# then came from a table of built-in names in this module): it must keep loading.
+OLD_MANIFEST = {
+    "format": 1,
+    "generated_at": "2026-12-03T10:00:00+00:00",
+    "problems": {
+        "softmax": {"dims": {"M": [0, 0], "N": [0, 1]}, "ranks": [2], "signature": "kernel(x)"}
+    },
+    "releases": [
+        {
+            "id": 4,
+            "problem": "softmax",
+            "kind": "interpret",
+            "dtype": "float32",
+            "shape_range": {"M": [1, 64], "N": [1, 4096]},
+            "file": "kernels/softmax_interpret_4.py",
+            "source_sha256": "0" * 64,
+            "speedup_eager": 1.2,
+            "speedup_compiled": None,
+            "geomean_ms": 0.1,
+            "trial": {"search": 1, "index": 3},
+            "approver": "rev",
+            "created_at": "2026-12-03T09:00:00+00:00",
+        }
+    ],
+}
+
+
+def test_a_manifest_written_before_problems_declared_dims_still_loads(tmp_path, interpret):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels/softmax_interpret_4.py").write_text(ONES.format(value=4.0))
+    (tmp_path / library.MANIFEST).write_text(json.dumps(OLD_MANIFEST))
+    kernel = library.load("softmax", library_dir=tmp_path)
+    assert kernel.dims == {"M": (0, 0), "N": (0, 1)} and kernel.ranks == [2]
+    assert kernel(torch.randn(3, 100)).unique().tolist() == [4.0]
+    assert kernel.choose(torch.randn(100, 100)) is None  # M outside 1..64
+
+
+def test_the_dispatcher_holds_no_table_of_built_in_problems():
+    """Every problem's dims come from its own declaration (through the manifest, or the
+    registry inside autoweb), so a user's problem dispatches like a built-in."""
+    import ast
+
+    from kernels import problems
+
+    assert not hasattr(library, "DIMS") and not hasattr(library, "RANKS")
+    tree = ast.parse(Path(library.__file__).read_text())
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+    assert not strings & set(problems.BUILTIN)
+
+
+USERS_PROBLEM = """
+import torch
+
+SIGNATURE = "kernel(x, y)"
+DIMS = {"R": (0, 0), "C": (1, 1)}
+RANKS = (2, 2)
+SHAPES_FULL = [{"R": 64, "C": 64}]
+SHAPES_SMOKE = [{"R": 3, "C": 5}, {"R": 7, "C": 300}]
+DTYPES = {"cuda": torch.bfloat16, "interpret": torch.float32}
+TOLERANCE = {torch.float32: {"atol": 1e-5, "rtol": 1e-5, "l2": 1e-5}}
+
+
+def reference(x, y):
+    return x @ y
+
+
+def make_inputs(shape, dtype, device, generator):
+    x = torch.randn(shape["R"], 8, device=device, generator=generator)
+    y = torch.randn(8, shape["C"], device=device, generator=generator)
+    return x.to(dtype), y.to(dtype)
+
+
+def flops(shape):
+    return 16.0 * shape["R"] * shape["C"]
+
+
+def bytes(shape, dtype):  # noqa: A001
+    return 4.0 * (8 * shape["R"] + 8 * shape["C"] + shape["R"] * shape["C"])
+"""
+
+
+def test_a_users_problem_dispatches_on_the_dims_it_declares(tmp_path, interpret, monkeypatch):
+    (tmp_path / "probs").mkdir()
+    (tmp_path / "probs/outer8.py").write_text(USERS_PROBLEM)
+    monkeypatch.setenv("AUTOWEB_PROBLEM_DIRS", str(tmp_path / "probs"))
+    # Without a library: the registry's declaration, and the reference.
+    plain = library.load("outer8", library_dir=None)
+    assert plain.dims == {"R": (0, 0), "C": (1, 1)} and plain.ranks == [2, 2]
+    x, y = torch.randn(3, 8), torch.randn(8, 5)
+    assert plain.shape_of((x, y)) == {"R": 3, "C": 5}
+    torch.testing.assert_close(plain(x, y), x @ y)
+    # With a library whose manifest carries the declaration (as the export writes it).
+    (tmp_path / "lib/kernels").mkdir(parents=True)
+    (tmp_path / "lib/kernels/r1.py").write_text(
+        "import torch\n\ndef kernel(x, y):\n    return torch.full((x.shape[0], y.shape[1]), 9.0)\n"
+    )
+    manifest = {
+        "format": library.FORMAT,
+        "problems": {"outer8": {"dims": {"R": [0, 0], "C": [1, 1]}, "ranks": [2, 2]}},
+        "releases": [
+            {
+                "id": 1,
+                "problem": "outer8",
+                "kind": "interpret",
+                "dtype": "float32",
+                "shape_range": {"R": [1, 4], "C": [1, 100]},
+                "file": "kernels/r1.py",
+            }
+        ],
+    }
+    (tmp_path / "lib" / library.MANIFEST).write_text(json.dumps(manifest))
+    kernel = library.load("outer8", library_dir=tmp_path / "lib")
+    assert kernel(x, y).unique().tolist() == [9.0]
+    assert kernel.choose(torch.randn(5, 8), y) is None  # R = 5 is outside 1..4
+    assert kernel.choose(x, torch.randn(8, 5).t().contiguous().t()) is None  # not contiguous

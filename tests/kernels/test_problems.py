@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import problems
+from kernels import block, problems
 
 NAMES = list(problems.BUILTIN)
 ROW_OPS = ("softmax", "rmsnorm", "layernorm", "swiglu")
@@ -94,6 +94,26 @@ def test_inputs_can_be_built_on_the_meta_device(name):
     for shape in p.shapes("full"):
         inputs = p.module.make_inputs(shape, torch.bfloat16, "meta", None)
         assert all(x.device.type == "meta" for x in inputs)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_declared_dims_and_ranks_describe_the_inputs(name):
+    p = problems.load(name)
+    p.check_dims()
+    for shape in p.shapes("full"):  # on meta: every shape, no memory
+        inputs = p.module.make_inputs(shape, torch.bfloat16, "meta", None)
+        assert [x.dim() for x in inputs] == list(p.ranks)
+        assert {d: inputs[i].shape[a] for d, (i, a) in p.dims.items()} == shape
+    assert p.block_op in block.OPS
+
+
+def test_a_reference_using_its_modules_constants_compiles_inside_other_code():
+    """torch.compile resolves the globals of a function it inlines (rmsnorm's EPS, from the
+    model block) by module name: the registry's modules must be importable by theirs."""
+    p = problems.load("rmsnorm")
+    x, w = p.make_inputs({"M": 3, "N": 40}, torch.float32, "cpu", 0)
+    compiled = torch.compile(lambda x, w: p.module.reference(x, w) + 0.0)
+    torch.testing.assert_close(compiled(x, w), p.reference(x, w))
 
 
 def test_unknown_and_invalid_names_are_clear_errors():

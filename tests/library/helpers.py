@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +31,13 @@ def report(
     compiled: float | None = 0.55,
     kind: str = "h200",
     checks: dict[str, Any] | None = None,
+    shapes: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """An accepted report: speedup vs eager eager/ms, vs torch.compile compiled/ms."""
+    """An accepted report: speedup vs eager eager/ms, vs torch.compile compiled/ms, on
+    `shapes` ({"shape", "label"} rows; default: three softmax shapes)."""
+    rows = shapes if shapes is not None else SHAPES
     shapes = []
-    for row in SHAPES:
+    for row in rows:
         shapes.append(
             {
                 **row,
@@ -165,3 +171,21 @@ def bulk_releases(
         )
         for i, (t, rv) in enumerate(zip(trials, revals, strict=True), start=1)
     )
+
+
+def fresh_venv(where: Path) -> Path:
+    """A new virtual environment that sees this one's torch, triton and numpy but not autoweb
+    or Django; its python. The packages come in as a plain path entry (a .pth file naming a
+    directory of links), so the editable install of autoweb found in site-packages (a .pth
+    hook) stays inactive, and nothing is downloaded."""
+    venv = where / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    site = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p))
+    deps = where / "deps"
+    deps.mkdir()
+    for found in os.listdir(site):
+        hidden = found.endswith(".pth") or found.startswith(("__editable__", "autoweb", "django"))
+        if not hidden:
+            os.symlink(os.path.join(site, found), deps / found)
+    (next((venv / "lib").glob("python*")) / "site-packages" / "deps.pth").write_text(f"{deps}\n")
+    return venv / "bin" / "python"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import zipfile
 
 import pytest
@@ -17,7 +16,7 @@ from kernels import problems
 from library import export, services
 from library.models import Release, Revalidation
 from searches.models import Idea
-from tests.library.helpers import HONEST_SOFTMAX, candidate
+from tests.library.helpers import HONEST_SOFTMAX, candidate, fresh_venv
 from tests.web.pages import HOSTILE, assert_inert
 
 pytestmark = pytest.mark.django_db
@@ -187,24 +186,11 @@ def test_the_exported_wheel_works_in_a_fresh_environment_without_autoweb(
     wheel = tmp_path / name
     wheel.write_bytes(data)
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    py = venv / "bin" / "python"
+    py = fresh_venv(tmp_path)
     subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
         check=True,
         timeout=300,
-    )
-    # torch, triton and numpy from this environment's site-packages: a plain path entry, so
-    # the editable install of autoweb found there (a .pth hook) stays inactive.
-    site = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p))
-    (tmp_path / "deps").mkdir()
-    for found in os.listdir(site):
-        hidden = found.endswith(".pth") or found.startswith(("__editable__", "autoweb", "django"))
-        if not hidden:
-            os.symlink(os.path.join(site, found), tmp_path / "deps" / found)
-    (next((venv / "lib").glob("python*")) / "site-packages" / "deps.pth").write_text(
-        str(tmp_path / "deps") + "\n"
     )
     script = """
 import importlib.util, torch

@@ -27,6 +27,8 @@ import torch
 
 SIGNATURE = "kernel(x)"  # a hostile one is refused at load: tests/kernels/test_bad_input.py
 DESCRIPTION = {hostile!r}
+DIMS = {{"M": (0, 0), "N": (0, 1)}}
+RANKS = (2,)
 SHAPES_FULL = [{{"M": 4, "N": 8}}]
 SHAPES_SMOKE = [{{"M": 4, "N": 8}}]
 DTYPES = {{"cuda": torch.float32, "interpret": torch.float32}}
