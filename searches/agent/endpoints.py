@@ -100,11 +100,15 @@ def choices() -> list[tuple[str, str]]:
 
 
 def clean_target(
-    endpoint: str | None, base_url: str | None, bad: Callable[[str, str], None]
+    endpoint: str | None,
+    base_url: str | None,
+    bad: Callable[[str, str], None],
+    current: Target | None = None,
 ) -> Target | None:
     """The target a form or API call asks for (None: not given), or errors through `bad`
-    ("llm_endpoint" / "base_url"). A typed URL's address is checked here, so that a refused
-    one is a form error; it is checked again before every request."""
+    ("llm_endpoint" / "base_url"). "custom" without a URL keeps the `current` custom URL. A
+    typed URL's address is checked here, so that a refused one is a form error; it is checked
+    again before every request."""
     endpoint = (endpoint or "").strip() if isinstance(endpoint, str) else endpoint
     base_url = (base_url or "").strip() if isinstance(base_url, str) else base_url
     if endpoint is not None and not isinstance(endpoint, str):
@@ -123,6 +127,8 @@ def clean_target(
             return None
         return _clean_custom(base_url, bad)
     if endpoint == CUSTOM:
+        if current is not None and current.custom and custom_allowed():
+            return current  # the URL it has; not typed again
         if not custom_allowed():
             bad("llm_endpoint", _custom_off(known))
         else:

@@ -143,17 +143,17 @@ def check(url: str, allow: Allowlist, resolver: Resolver = resolve) -> Checked:
 
 def own_headers_only(api_key: str) -> Callable[[httpx2.Request], None]:
     """A request hook: only the headers a completion needs, and the endpoint's own key (none:
-    no Authorization header at all)."""
-    authorization = f"Bearer {api_key}" if api_key else None
+    no Authorization header at all), whatever the client put there."""
 
     def hook(request: httpx2.Request) -> None:
         for name in list(request.headers.keys()):
             lower = name.lower()
-            if lower == "authorization":
-                if request.headers[name] != authorization:
-                    del request.headers[name]
-            elif lower not in _SENT_HEADERS and not lower.startswith("x-stainless-"):
+            if lower == "authorization" or (
+                lower not in _SENT_HEADERS and not lower.startswith("x-stainless-")
+            ):
                 del request.headers[name]
+        if api_key:
+            request.headers["Authorization"] = f"Bearer {api_key}"
 
     return hook
 

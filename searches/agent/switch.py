@@ -59,7 +59,7 @@ def set_llm(
             "deepseek-ai/DeepSeek-V3).",
         )
     before = endpoints.target_of(locked)
-    after = endpoints.clean_target(endpoint, base_url, bad) or before
+    after = endpoints.clean_target(endpoint, base_url, bad, current=before) or before
     api_key = endpoints.clean_key(api_key, bad)
     if errors:
         raise DomainError(errors)

@@ -34,7 +34,10 @@ class LLMForm(forms.Form):
         label="Custom base URL",
         max_length=500,
         required=False,
-        help_text="With 'custom URL': OpenAI-compatible, e.g. https://llm.example.com/v1.",
+        help_text=(
+            "With 'custom URL': OpenAI-compatible, e.g. https://llm.example.com/v1; blank keeps "
+            "the search's custom URL."
+        ),
     )
     api_key = forms.CharField(
         label="API key",
@@ -78,11 +81,8 @@ def panel_context(search: Search, user: Any = None, **extra) -> dict:
         "model_stats": stats.per_model(search),
         "llm_form": extra.pop("llm_form", None)
         or LLMForm(
-            initial={
-                "model": current_model(search),
-                "llm_endpoint": target.name,
-                "base_url": target.url,
-            }
+            # The URL is not typed in again: blank with "custom" keeps the one it has.
+            initial={"model": current_model(search), "llm_endpoint": target.name}
         ),
         "llm_changes": list(
             LLMChange.objects.filter(search=search).select_related("changed_by")[:20]

@@ -61,7 +61,10 @@ def server_env(monkeypatch):
     read each of these by itself, for whatever URL it is pointed at."""
     monkeypatch.setenv("OPENAI_API_KEY", SERVER_KEY)
     monkeypatch.setenv("OPENAI_ORG_ID", "org-server-only")
-    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", f"X-Gateway-Token: {SERVER_KEY}")
+    monkeypatch.setenv(
+        "OPENAI_CUSTOM_HEADERS",
+        f"Authorization: Bearer {SERVER_KEY}\nX-Gateway-Token: {SERVER_KEY}",
+    )
 
 
 def _no_server_secret(headers: dict[str, str]) -> None:
@@ -417,3 +420,24 @@ def test_a_custom_url_that_resolves_to_a_refused_address_later_stops_the_search_
     assert search.status == Search.Status.FAILED
     assert "169.254.169.254, which is a cloud metadata address" in search.stop_reason
     assert llm_server.requests == []
+
+
+def test_the_panel_form_switches_the_model_on_a_custom_url_without_retyping_it(
+    engineer_client, engineer, custom_urls
+):
+    url = "http://127.0.0.1:9/v1"
+    search = llm_search(engineer, llm_endpoint="custom", llm_base_url=url, llm_api_key=OWN_KEY)
+    panel = reverse("searches:search_llm", args=[search.pk])
+    form = engineer_client.get(panel).content.decode()
+    assert '<option value="custom" selected>' in form and f'value="{url}"' not in form
+    assert f"custom URL {url}" in form  # shown, not put back in the field
+    r = engineer_client.post(panel, {"model": "model-b", "llm_endpoint": "custom", "base_url": ""})
+    assert r.status_code == 302
+    search.refresh_from_db()
+    assert (search.model, search.llm_base_url) == ("model-b", url)
+    assert crypto.decrypt(search.llm_api_key) == OWN_KEY
+    r = engineer_client.post(panel, {"model": "model-b", "llm_endpoint": "default"})
+    assert r.status_code == 302
+    search.refresh_from_db()
+    assert (search.llm_endpoint, search.llm_base_url, search.llm_api_key) == ("default", "", "")
+    assert [c.key for c in search.llm_changes.order_by("pk")] == ["unchanged", "cleared"]
