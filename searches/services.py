@@ -79,7 +79,6 @@ _UNCHANGED: Any = object()
 # -- ideas ------------------------------------------------------------------------------------
 
 
-@transaction.atomic
 def create_idea(
     *,
     author: Any,
@@ -99,7 +98,9 @@ def create_idea(
     llm_base_url: str | None = None,
     llm_api_key: str | None = None,
 ) -> Idea:
-    """Validate everything, report every mistake at once (field -> messages), then save.
+    """Validate everything, report every mistake at once (field -> messages), then save (one
+    insert). The checks run outside any transaction: resolving a typed URL's host may wait on
+    DNS, and no lock should wait with it.
 
     An `llm:<model>` idea names its endpoint: a declared one, or (where the operator allows
     it) a custom base URL with the key typed with it (searches/agent/endpoints.py)."""

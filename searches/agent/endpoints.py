@@ -128,7 +128,7 @@ def clean_target(
         return _clean_custom(base_url, bad)
     if endpoint == CUSTOM:
         if current is not None and current.custom and custom_allowed():
-            return current  # the URL it has; not typed again
+            return None  # unchanged: the URL it has, not typed again
         if not custom_allowed():
             bad("llm_endpoint", _custom_off(known))
         else:

@@ -21,7 +21,6 @@ from searches.models import LLMChange, Search
 from searches.services import MODEL_RE
 
 
-@transaction.atomic
 def set_llm(
     *,
     search: Search,
@@ -34,18 +33,11 @@ def set_llm(
 ) -> Search:
     """The model, and optionally the endpoint (a declared name, or "custom" with `base_url`)
     and key, for the next proposals. None or blank leaves the endpoint as it is; a typed
-    `base_url` alone means "custom". The key is stored encrypted, never shown."""
-    if not roles.is_engineer(user):
-        raise PermissionDenied("Only engineers may change a search's model.")
-    locked = Search.objects.select_for_update().select_related("idea").get(pk=search.pk)
-    if not roles.may_steer(user, locked):
-        raise PermissionDenied(
-            "Only the search's owner, a reviewer or staff may change its model or endpoint."
-        )
-    if not locked.idea.model_name:
-        raise DomainError(f"Search {locked.pk} runs the built-in tuner: it has no LLM to switch.")
-    if not locked.is_active:
-        raise DomainError(f"Search {locked.pk} is {locked.status}: its model can no longer change.")
+    `base_url` alone means "custom". The key is stored encrypted, never shown.
+
+    The input is checked before the search's row is locked (a typed URL's host is resolved,
+    which may wait on DNS); who may steer is checked before that, and again under the lock."""
+    _require_steer(user, search)
     errors: dict[str, list[str]] = {}
 
     def bad(field: str, message: str) -> None:
@@ -58,12 +50,43 @@ def set_llm(
             f"{model!r} is not a model name (e.g. gpt-4o, qwen2.5-coder:32b, "
             "deepseek-ai/DeepSeek-V3).",
         )
-    before = endpoints.target_of(locked)
-    after = endpoints.clean_target(endpoint, base_url, bad, current=before) or before
+    asked = endpoints.clean_target(endpoint, base_url, bad, current=endpoints.target_of(search))
     api_key = endpoints.clean_key(api_key, bad)
-    if errors:
-        raise DomainError(errors)
+    with transaction.atomic():
+        locked = Search.objects.select_for_update().select_related("idea").get(pk=search.pk)
+        _require_steer(user, locked)
+        if not locked.idea.model_name:
+            raise DomainError(
+                f"Search {locked.pk} runs the built-in tuner: it has no LLM to switch."
+            )
+        if not locked.is_active:
+            raise DomainError(
+                f"Search {locked.pk} is {locked.status}: its model can no longer change."
+            )
+        if errors:
+            raise DomainError(errors)
+        return _apply(locked, user, model, asked, api_key, clear_key)
 
+
+def _require_steer(user: Any, search: Search) -> None:
+    if not roles.is_engineer(user):
+        raise PermissionDenied("Only engineers may change a search's model.")
+    if not roles.may_steer(user, search):
+        raise PermissionDenied(
+            "Only the search's owner, a reviewer or staff may change its model or endpoint."
+        )
+
+
+def _apply(
+    locked: Search,
+    user: Any,
+    model: str,
+    asked: endpoints.Target | None,
+    api_key: str,
+    clear_key: bool,
+) -> Search:
+    before = endpoints.target_of(locked)
+    after = asked or before
     change = LLMChange(
         search=locked,
         changed_by=user,
