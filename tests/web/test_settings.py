@@ -244,3 +244,16 @@ def test_the_custom_url_allowlist_takes_hosts_and_networks_only():
 def test_custom_urls_are_off_unless_the_operator_turns_them_on():
     assert settings.AUTOWEB_LLM_ALLOW_CUSTOM_URL is False
     assert settings.AUTOWEB_LLM_CUSTOM_URL_ALLOWLIST == []
+
+
+def test_debug_pages_mask_the_declared_keys_and_the_encryption_keys(settings):
+    from django.views.debug import SafeExceptionReporterFilter
+
+    settings.AUTOWEB_LLM_ENDPOINTS = {
+        "vllm": {"base_url": "http://x/v1", "key_variable": "VK", "api_key": "declared-key-99"}
+    }
+    settings.AUTOWEB_ENCRYPTION_KEYS = [Fernet.generate_key().decode()]
+    shown = str(SafeExceptionReporterFilter().get_safe_settings())
+    assert "declared-key-99" not in shown
+    assert settings.AUTOWEB_ENCRYPTION_KEYS[0] not in shown
+    assert "http://x/v1" in shown  # the walk reached the setting
