@@ -183,8 +183,8 @@ def clean_key(api_key: Any, bad: Callable[[str, str], None]) -> str:
 
 
 def endpoint_for(row: Any, model: str) -> llm.Endpoint:
-    """Where the next request of a search (or an idea's first one) goes. `LLMFatal` when its
-    endpoint no longer exists here or its key cannot be read: the search stops with that."""
+    """Where a search's next request goes, with which key. `LLMFatal` when its endpoint no
+    longer exists here or its key cannot be read: the search stops with that."""
     try:
         own = crypto.decrypt(row.llm_api_key)
     except crypto.KeyUnreadable as e:
