@@ -11,7 +11,17 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from autoweb.env import envbool, envint, envlist, envstr, parse_database_url, parse_prices
+from autoweb.env import (
+    encryption_keys,
+    envbool,
+    envint,
+    envlist,
+    envstr,
+    parse_database_url,
+    parse_host_allowlist,
+    parse_llm_endpoints,
+    parse_prices,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -24,6 +34,11 @@ if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
     SECRET_KEY = "django-insecure-autoweb-local-development-only"
+# Fernet keys for secrets stored in the database (the searches' API keys): the first encrypts,
+# all decrypt (docs/deploy.md, "Encryption keys"). Required with DEBUG off.
+AUTOWEB_ENCRYPTION_KEYS = encryption_keys(
+    envstr("AUTOWEB_ENCRYPTION_KEYS"), "AUTOWEB_ENCRYPTION_KEYS", debug=DEBUG, secret_key=SECRET_KEY
+)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
@@ -174,11 +189,23 @@ CHANNEL_LAYERS = {
 }
 
 # --- LLM --------------------------------------------------------------------------------------
-# From the environment only, never logged or rendered. (Django's debug pages already mask any
-# setting whose name contains KEY.) Empty base URL: the openai client's default endpoint.
+# Keys from the environment only, never logged or rendered. (Django's debug pages mask any
+# setting, or key of a dict setting, whose name contains KEY.)
 
+# The endpoint named "default": empty base URL is the openai client's default endpoint.
 OPENAI_BASE_URL = envstr("OPENAI_BASE_URL")
 OPENAI_API_KEY = envstr("OPENAI_API_KEY")
+# More endpoints, each with its own key: "name=URL KEY_VARIABLE, name2=URL2 KEY_VARIABLE2". A
+# server key goes only to the endpoint it is declared with.
+AUTOWEB_LLM_ENDPOINTS = parse_llm_endpoints(
+    envstr("AUTOWEB_LLM_ENDPOINTS"), "AUTOWEB_LLM_ENDPOINTS"
+)
+# Whether users may type a base URL of their own. Such a URL gets only the key typed with it,
+# and must resolve to public addresses, except hosts and networks in the allowlist.
+AUTOWEB_LLM_ALLOW_CUSTOM_URL = envbool("AUTOWEB_LLM_ALLOW_CUSTOM_URL", False)
+AUTOWEB_LLM_CUSTOM_URL_ALLOWLIST = parse_host_allowlist(
+    envlist("AUTOWEB_LLM_CUSTOM_URL_ALLOWLIST", []), "AUTOWEB_LLM_CUSTOM_URL_ALLOWLIST"
+)
 AUTOWEB_DEFAULT_MODEL = envstr("AUTOWEB_DEFAULT_MODEL")
 # Models offered in the idea form (any other `llm:<model>` is accepted through the API).
 AUTOWEB_LLM_MODELS = envlist("AUTOWEB_LLM_MODELS", [])

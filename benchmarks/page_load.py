@@ -26,6 +26,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from cryptography.fernet import Fernet
+
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "benchmarks" / "h200" / "cli-softmax-seed-full.json"
 
@@ -36,6 +38,7 @@ def setup(db_url: str) -> None:
         DJANGO_SETTINGS_MODULE="autoweb.settings",
         DEBUG="0",
         SECRET_KEY=secrets.token_urlsafe(50),
+        AUTOWEB_ENCRYPTION_KEYS=Fernet.generate_key().decode(),
         ALLOWED_HOSTS="testserver,127.0.0.1,localhost",
         REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:1/0"),
     )

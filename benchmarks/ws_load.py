@@ -35,6 +35,8 @@ import threading
 import time
 from pathlib import Path
 
+from cryptography.fernet import Fernet
+
 ROOT = Path(__file__).resolve().parents[1]
 OF = 1_000_000
 SEQ = re.compile(rf"(\d+)/{OF}\b")
@@ -71,6 +73,7 @@ def setup_django(db_url: str, redis_url: str) -> None:
         DJANGO_SETTINGS_MODULE="autoweb.settings",
         DEBUG="0",
         SECRET_KEY=secrets.token_urlsafe(50),
+        AUTOWEB_ENCRYPTION_KEYS=Fernet.generate_key().decode(),
     )
     sys.path.insert(0, str(ROOT))
     import django

@@ -10,7 +10,7 @@ from typing import Any
 from django.contrib import admin
 from django.utils.html import format_html
 
-from searches.models import Idea, Search, Trial, Worker
+from searches.models import Idea, LLMChange, Search, Trial, Worker
 
 
 def _pretty(value: Any) -> str:
@@ -36,8 +36,9 @@ class IdeaAdmin(admin.ModelAdmin):
     search_fields = ("title", "description", "problem", "author__username")
     raw_id_fields = ("author",)
     date_hierarchy = "created_at"
-    exclude = ("target_kinds",)
-    readonly_fields = ("target_kinds_json",)
+    # The key is write-only; the endpoint is set through the idea form, which checks it.
+    exclude = ("target_kinds", "llm_api_key")
+    readonly_fields = ("target_kinds_json", "llm_endpoint", "llm_base_url")
     target_kinds_json = _json_field("target_kinds")
 
 
@@ -61,7 +62,12 @@ class SearchAdmin(admin.ModelAdmin):
     # Plain id inputs: a select listing every trial of every search would not load.
     raw_id_fields = ("idea", "created_by", "incumbent")
     exclude = ("llm_api_key",)  # write-only: set from the search page, never shown
+    # The model and endpoint change only on the search page, which checks who may, checks a
+    # typed URL, clears the key on a move and records the change.
     readonly_fields = (
+        "model",
+        "llm_endpoint",
+        "llm_base_url",
         "request_key",
         "created_at",
         "trials_total",
@@ -71,6 +77,22 @@ class SearchAdmin(admin.ModelAdmin):
         "gpu_seconds",
         "tokens",
     )
+
+
+@admin.register(LLMChange)
+class LLMChangeAdmin(admin.ModelAdmin):
+    """The record of model and endpoint changes: read-only (deleted with its search)."""
+
+    list_display = ("changed_at", "search", "changed_by", "from_model", "to_model", "to_endpoint")
+    list_filter = ("changed_at",)
+    search_fields = ("=search__id", "changed_by__username", "to_model", "to_endpoint")
+    list_select_related = ("search__idea", "changed_by")
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Trial)

@@ -67,6 +67,29 @@ class IdeaForm(forms.Form):
         required=False,
         help_text="With 'another model': its name at your endpoint, e.g. qwen2.5-coder:32b.",
     )
+    llm_endpoint = forms.ChoiceField(
+        label="LLM endpoint",
+        required=False,
+        help_text="Where an LLM agent's requests go; the server's key for it stays on the server.",
+        error_messages={"invalid_choice": "Unknown endpoint %(value)s: choose one from the list."},
+    )
+    llm_base_url = forms.CharField(
+        label="Custom base URL",
+        max_length=500,
+        required=False,
+        help_text="With 'custom URL': OpenAI-compatible, e.g. https://llm.example.com/v1.",
+    )
+    llm_api_key = forms.CharField(
+        label="API key",
+        max_length=500,
+        required=False,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text=(
+            "Optional; write-only. Used only by searches you start. A custom URL gets this key "
+            "or none, never the server's."
+        ),
+    )
     context_packs = forms.MultipleChoiceField(
         label="Model context packs",
         required=False,
@@ -115,9 +138,13 @@ class IdeaForm(forms.Form):
         online_kinds: Iterable[str] = (),
         models: Iterable[str] = (),
         packs: Iterable[str] = (),
+        endpoints: Iterable[tuple[str, str]] = (),
         **kw: Any,
     ) -> None:
         super().__init__(*args, **kw)
+        self.fields["llm_endpoint"].choices = list(endpoints)
+        # A typed base URL is offered only where the operator allows one ("custom").
+        self.custom_allowed = any(value == "custom" for value, _ in endpoints)
         builtin = [(name, name) for name in problems]
         users = [(name, name) for name in user_problems]
         # Listed so that choosing one says why it cannot be used (the service refuses it).
@@ -164,4 +191,7 @@ class IdeaForm(forms.Form):
             "max_wall_minutes": data["max_wall_minutes"],
             "max_tokens": data.get("max_tokens"),
             "context_packs": list(data.get("context_packs") or []),
+            "llm_endpoint": data.get("llm_endpoint") or None,
+            "llm_base_url": data.get("llm_base_url") or None,
+            "llm_api_key": data.get("llm_api_key") or None,
         }

@@ -77,6 +77,12 @@ class Idea(models.Model):
     context_packs = models.JSONField(
         default=list, blank=True, help_text="Model context packs for the LLM's prompt, by name."
     )
+    # Where an `llm:<model>` idea's searches start (searches/agent/endpoints.py): a declared
+    # endpoint by name (blank: "default"), or a custom URL with the key typed with it, which is
+    # encrypted and handed only to searches the idea's author starts.
+    llm_endpoint = models.CharField(max_length=64, blank=True)
+    llm_base_url = models.CharField(max_length=500, blank=True)
+    llm_api_key = models.TextField(blank=True, help_text="Encrypted; never shown.")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -118,6 +124,8 @@ class Idea(models.Model):
             "max_wall_minutes": self.max_wall_minutes,
             "max_tokens": self.max_tokens,
             "context_packs": list(self.context_packs or []),
+            "llm_endpoint": self.llm_endpoint,
+            "llm_base_url": self.llm_base_url,
             "author": self.author.get_username() if self.author_id else None,
             "created_at": _iso(self.created_at),
         }
@@ -190,11 +198,14 @@ class Search(models.Model):
     gpu_seconds = models.FloatField(default=0.0)
     tokens = models.PositiveBigIntegerField(default=0)
     cost_usd = models.FloatField(default=0.0, help_text="LLM cost, where the model's price is set.")
-    # The LLM endpoint (an `llm:<model>` idea): switchable while the search runs. Blank base URL
-    # or key: the settings' defaults. The key is write-only: no page, log or to_dict shows it.
+    # The LLM endpoint (an `llm:<model>` idea): switchable while the search runs, by its owner,
+    # a reviewer or staff (searches/agent/switch.py, which records each change). A declared
+    # endpoint by name (blank: "default"), or a custom URL. The search's own key, if any, is
+    # encrypted (searches/crypto.py) and write-only: no page, log or to_dict shows it.
     model = models.CharField(max_length=200, blank=True, help_text="The LLM now proposing.")
+    llm_endpoint = models.CharField(max_length=64, blank=True)
     llm_base_url = models.CharField(max_length=500, blank=True)
-    llm_api_key = models.CharField(max_length=500, blank=True)
+    llm_api_key = models.TextField(blank=True, help_text="Encrypted; never shown.")
     incumbent = models.ForeignKey(
         "Trial", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -302,6 +313,7 @@ class Search(models.Model):
             "tokens": self.tokens,
             "cost_usd": self.cost_usd,
             "model": self.model,
+            "llm_endpoint": self.llm_endpoint,
             "llm_base_url": self.llm_base_url,
             "incumbent_id": self.incumbent_id,
         }
@@ -588,6 +600,33 @@ class SearchNote(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} on search {self.search_id}"
+
+
+class LLMChange(models.Model):
+    """One change of a running search's model or endpoint: who, when, from what, to what.
+    Never the key: only whether a new one came with the change or the stored one was cleared."""
+
+    class Key(models.TextChoices):
+        UNCHANGED = "unchanged"
+        NEW = "new"
+        CLEARED = "cleared"
+
+    search = models.ForeignKey(Search, on_delete=models.CASCADE, related_name="llm_changes")
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    changed_at = models.DateTimeField(default=timezone.now)
+    from_model = models.CharField(max_length=200, blank=True)
+    to_model = models.CharField(max_length=200)
+    from_endpoint = models.CharField(max_length=600, help_text="A declared name or a custom URL.")
+    to_endpoint = models.CharField(max_length=600)
+    key = models.CharField(max_length=16, choices=Key.choices, default=Key.UNCHANGED)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"search {self.search_id}: {self.from_model} -> {self.to_model}"
 
 
 class ContextPack(models.Model):

@@ -1,7 +1,9 @@
 """The two roles: engineers submit ideas and run searches; reviewers also approve and veto.
 
 Roles are Django groups (created by migration 0002). Reviewers count as engineers, and
-superusers hold both roles, so a check never needs to name more than one group.
+superusers hold both roles, so a check never needs to name more than one group. Staff (Django's
+`is_staff`, the admin site) is not a role of its own in the app, with one exception: staff who
+see searches may steer anyone's (`may_steer`). docs/deploy.md has the whole access table.
 """
 
 from __future__ import annotations
@@ -36,3 +38,15 @@ def is_engineer(user: Any) -> bool:
     if not _active(user):
         return False
     return user.is_superuser or bool(_group_names(user) & {ENGINEERS, REVIEWERS})
+
+
+def is_staff(user: Any) -> bool:
+    return _active(user) and bool(user.is_staff or user.is_superuser)
+
+
+def may_steer(user: Any, search: Any) -> bool:
+    """Whether `user` may change a search's model or endpoint: its owner (while an engineer),
+    a reviewer, or staff who see searches (an engineer too)."""
+    if not is_engineer(user):
+        return False
+    return search.created_by_id == user.pk or is_reviewer(user) or is_staff(user)

@@ -45,7 +45,8 @@ from kernels import problems as registry
 from kernels.engine import compose, judge
 from kernels.harness.static import MAX_SOURCE_BYTES, check_source
 from kernels.knobs import KnobError, parse_knobs
-from searches import roles
+from searches import crypto, roles
+from searches.agent import endpoints
 from searches.errors import DomainError, DuplicateCandidate, InvalidReport, UnknownWorker
 from searches.models import (
     DEFAULT_PLATEAU_PATIENCE,
@@ -81,7 +82,6 @@ _UNCHANGED: Any = object()
 # -- ideas ------------------------------------------------------------------------------------
 
 
-@transaction.atomic
 def create_idea(
     *,
     author: Any,
@@ -97,8 +97,16 @@ def create_idea(
     max_wall_minutes: int,
     max_tokens: int | None,
     context_packs: list[str] | None = None,
+    llm_endpoint: str | None = None,
+    llm_base_url: str | None = None,
+    llm_api_key: str | None = None,
 ) -> Idea:
-    """Validate everything, report every mistake at once (field -> messages), then save."""
+    """Validate everything, report every mistake at once (field -> messages), then save (one
+    insert). The checks run outside any transaction: resolving a typed URL's host may wait on
+    DNS, and no lock should wait with it.
+
+    An `llm:<model>` idea names its endpoint: a declared one, or (where the operator allows
+    it) a custom base URL with the key typed with it (searches/agent/endpoints.py)."""
     _require_engineer(author, "submit ideas")
     errors: dict[str, list[str]] = {}
 
@@ -128,6 +136,7 @@ def create_idea(
         ),
     }
     packs = _clean_packs(context_packs, bad)
+    llm_fields = _clean_llm(proposer, llm_endpoint, llm_base_url, llm_api_key, bad)
     sketch = _text(sketch_source, "sketch_source", bad).replace("\r\n", "\n")
     if not sketch.strip():
         sketch = ""
@@ -145,8 +154,21 @@ def create_idea(
         sketch_source=sketch,
         prohibitions=prohibitions,
         context_packs=packs,
+        **llm_fields,
         **budgets,
     )
+
+
+def _clean_llm(proposer: str, endpoint: Any, base_url: Any, api_key: Any, bad: Any) -> dict:
+    if not proposer.startswith(LLM_PREFIX):
+        return {}  # the tuner talks to no endpoint: whatever the form sent is not kept
+
+    def bad_llm(field: str, message: str) -> None:  # the idea's own field names
+        bad({"base_url": "llm_base_url", "api_key": "llm_api_key"}.get(field, field), message)
+
+    target = endpoints.clean_target(endpoint, base_url, bad_llm) or endpoints.Target()
+    key = endpoints.clean_key(api_key, bad_llm)
+    return {**target.fields, "llm_api_key": crypto.encrypt(key)}
 
 
 def _clean_packs(names: Any, bad: Any) -> list[str]:
@@ -346,6 +368,10 @@ def start_search(
                 request_key=request_key,
                 seed=seed,
                 plateau_patience=plateau_patience,
+                llm_endpoint=idea.llm_endpoint,
+                llm_base_url=idea.llm_base_url,
+                # The key typed with the idea is its author's: only their searches use it.
+                llm_api_key=idea.llm_api_key if idea.author_id == user.pk else "",
             )
     except IntegrityError:
         if request_key is None:

@@ -113,7 +113,7 @@ def _idea_form(data: Any = None) -> IdeaForm:
     online = fleet(registered=False)
     from django.conf import settings
 
-    from searches.agent import packs
+    from searches.agent import endpoints, packs
 
     models = [settings.AUTOWEB_DEFAULT_MODEL, *settings.AUTOWEB_LLM_MODELS]
     return IdeaForm(
@@ -124,6 +124,7 @@ def _idea_form(data: Any = None) -> IdeaForm:
         online_kinds=online.kinds,
         models=models,
         packs=list(packs.available("model")),
+        endpoints=endpoints.choices(),
     )
 
 
@@ -207,7 +208,7 @@ def search_detail(request: HttpRequest, pk: int) -> HttpResponse:
     if search.idea.model_name:  # an LLM search: its panel (model switch, per-model results)
         from searches.agent.views import panel_context
 
-        context = {**panel_context(search), **context}
+        context = {**panel_context(search, request.user), **context}
     if _htmx(request) and request.htmx.target == "trials":
         return render(request, "searches/partials/trials.html", context)
     if _htmx(request) and request.htmx.target == "search-status":

@@ -4,6 +4,11 @@ Rate limits (429), server errors (5xx), dropped connections and timeouts are ret
 exponential backoff (or the server's Retry-After); a refused key (401/403), an unknown model or
 endpoint (404) and a refused request (400, 422) are `LLMFatal`: retrying cannot help, the search
 stops with the message. API keys never appear in a message this module raises or logs.
+
+Only the "default" endpoint (OPENAI_BASE_URL) gets the openai client as the server's environment
+configures it. Any other declared endpoint gets only its own key and the headers a completion
+needs; a custom URL also has its address checked before each attempt and the connection pinned
+to that address (searches/agent/netguard.py).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import openai
+
+from searches.agent import netguard
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +46,19 @@ class LeaseLost(LLMError):
     """Another orchestrator took the search over while the reply streamed."""
 
 
+DEFAULT, DECLARED, CUSTOM = "default", "declared", "custom"
+
+
 @dataclass(frozen=True)
 class Endpoint:
     model: str
     base_url: str = ""
     api_key: str = ""
+    kind: str = DEFAULT  # DEFAULT, DECLARED (by the operator) or CUSTOM (typed by a user)
+    allow: netguard.Allowlist = netguard.Allowlist()  # CUSTOM: what it may reach though private
 
     def __repr__(self) -> str:  # never the key
-        return f"Endpoint(model={self.model!r}, base_url={self.base_url!r})"
+        return f"Endpoint(model={self.model!r}, base_url={self.base_url!r}, kind={self.kind!r})"
 
 
 @dataclass(frozen=True)
@@ -83,13 +95,19 @@ def _status_message(e: openai.APIStatusError) -> str:
     return " ".join(str(msg).split())[:300]
 
 
+_SERVER_KEY_HINT = {
+    DEFAULT: " or in OPENAI_API_KEY",
+    DECLARED: " or in the variable AUTOWEB_LLM_ENDPOINTS names for it",
+}
+
+
 def _fatal(e: openai.APIStatusError, endpoint: Endpoint) -> LLMFatal:
     detail = redact(_status_message(e), endpoint.api_key)
     where = endpoint.base_url or "the default OpenAI endpoint"
     if e.status_code in (401, 403):
         text = (
             f"the LLM endpoint {where} refused the API key ({e.status_code}): {detail}. "
-            "Set a valid key on the search page or in OPENAI_API_KEY."
+            f"Set a valid key on the search page{_SERVER_KEY_HINT.get(endpoint.kind, '')}."
         )
     elif e.status_code == 404:
         text = (
@@ -126,16 +144,15 @@ def complete(
 
     `cancelled` (set from another thread) aborts between chunks with `LeaseLost`.
     """
-    client = openai.OpenAI(
-        api_key=endpoint.api_key or "unused",  # local servers (vLLM, Ollama) take any key
-        base_url=endpoint.base_url or None,
-        timeout=limits.timeout_s,
-        max_retries=0,  # retried here: visible, bounded, with the search's own backoff
-    )
     last = ""
     for attempt in range(1, limits.attempts + 1):
         try:
+            client = _client(endpoint, limits)
             return _stream(client, endpoint, messages, limits, on_delta, cancelled, attempt)
+        except netguard.AddressRefused as e:
+            raise LLMFatal(f"the LLM endpoint {endpoint.base_url} is refused: {e}") from None
+        except netguard.Unresolvable as e:
+            why, wait = str(e), None
         except openai.APIStatusError as e:
             if e.status_code == 429 or e.status_code >= 500 or e.status_code == 408:
                 why = f"{e.status_code}: {redact(_status_message(e), endpoint.api_key)}"
@@ -166,6 +183,30 @@ def complete(
 
 class _ReplyTooSlow(Exception):
     pass
+
+
+def _client(endpoint: Endpoint, limits: Limits) -> openai.OpenAI:
+    """A client for one attempt. Never `api_key=None`: the openai client would then read the
+    server's OPENAI_API_KEY, whatever the endpoint."""
+    http_client = None
+    hooks = {"request": [netguard.own_headers_only(endpoint.api_key)]}
+    if endpoint.kind == CUSTOM:
+        checked = netguard.check(endpoint.base_url, endpoint.allow)
+        http_client = openai.DefaultHttpxClient(
+            transport=netguard.PinnedTransport(checked),
+            event_hooks=hooks,
+            follow_redirects=False,  # a redirect would lead past the address check
+            trust_env=False,  # no proxy or .netrc from the server's environment
+        )
+    elif endpoint.kind == DECLARED:
+        http_client = openai.DefaultHttpxClient(event_hooks=hooks)
+    return openai.OpenAI(
+        api_key=endpoint.api_key or "unused",  # local servers (vLLM, Ollama) take any key
+        base_url=endpoint.base_url or None,
+        timeout=limits.timeout_s,
+        max_retries=0,  # retried here: visible, bounded, with the search's own backoff
+        http_client=http_client,
+    )
 
 
 def _stream(

@@ -22,7 +22,7 @@ from django.db.models import F
 from kernels.engine.proposers import KnobProposer, Tried
 from kernels.knobs import KnobError, parse_knobs
 from searches import live, selectors, services
-from searches.agent import context, llm, prompt, reply
+from searches.agent import context, endpoints, llm, prompt, reply
 from searches.errors import DuplicateCandidate
 from searches.models import LLM_PREFIX, Search, StopReason, Trial
 
@@ -41,11 +41,9 @@ def current_model(search: Search) -> str:
 
 
 def endpoint_for(search: Search) -> llm.Endpoint:
-    return llm.Endpoint(
-        model=current_model(search),
-        base_url=search.llm_base_url or settings.OPENAI_BASE_URL,
-        api_key=search.llm_api_key or settings.OPENAI_API_KEY,
-    )
+    """Where the search's next request goes (searches/agent/endpoints.py); `LLMFatal` when it
+    cannot go anywhere (an endpoint no longer declared, a key that cannot be decrypted)."""
+    return endpoints.endpoint_for(search, current_model(search))
 
 
 def limits(max_tokens: int) -> llm.Limits:
@@ -206,7 +204,11 @@ def propose(
     """Ask the model once, record what it wrote as a trial (failed `malformed` when unusable)."""
     search = Search.objects.select_related("idea", "incumbent").get(pk=search.pk)
     idea = search.idea
-    endpoint = endpoint_for(search)
+    try:
+        endpoint = endpoint_for(search)
+    except llm.LLMFatal as e:
+        _fail(search, str(e))
+        return None
     if not endpoint.model:
         _fail(search, "no LLM model: set one on the search page or AUTOWEB_DEFAULT_MODEL")
         return None

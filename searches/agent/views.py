@@ -3,6 +3,8 @@ the agent) and the context packs (list, read, edit as a new version)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -11,11 +13,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from searches import roles, selectors
-from searches.agent import notes, packs, stats
-from searches.agent.endpoint import set_llm
+from searches.agent import endpoints, notes, packs, stats
 from searches.agent.step import current_model
+from searches.agent.switch import set_llm
 from searches.errors import DomainError
-from searches.models import Search, SearchNote
+from searches.models import LLMChange, Search, SearchNote
 
 PANEL = "searches/partials/llm_panel.html"
 TRIALS_PER_PAGE = 50
@@ -23,11 +25,19 @@ TRIALS_PER_PAGE = 50
 
 class LLMForm(forms.Form):
     model = forms.CharField(max_length=200)
+    llm_endpoint = forms.ChoiceField(
+        label="Endpoint",
+        required=False,
+        error_messages={"invalid_choice": "Unknown endpoint %(value)s: choose one from the list."},
+    )
     base_url = forms.CharField(
-        label="Base URL",
+        label="Custom base URL",
         max_length=500,
         required=False,
-        help_text="OpenAI-compatible, e.g. http://127.0.0.1:8001/v1. Blank: the server's default.",
+        help_text=(
+            "With 'custom URL': OpenAI-compatible, e.g. https://llm.example.com/v1; blank keeps "
+            "the search's custom URL."
+        ),
     )
     api_key = forms.CharField(
         label="API key",
@@ -35,9 +45,17 @@ class LLMForm(forms.Form):
         required=False,
         strip=False,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
-        help_text="Write-only: never shown again. Blank keeps the current key.",
+        help_text=(
+            "Write-only: never shown again. Blank keeps the current key, unless the endpoint "
+            "changes: a key never follows the search to another endpoint."
+        ),
     )
-    clear_key = forms.BooleanField(label="use the server's default key", required=False)
+    clear_key = forms.BooleanField(label="drop this search's own key", required=False)
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.fields["llm_endpoint"].choices = endpoints.choices()
+        self.custom_allowed = endpoints.custom_allowed()
 
 
 class NoteForm(forms.Form):
@@ -52,14 +70,23 @@ class PackForm(forms.Form):
     )
 
 
-def panel_context(search: Search, **extra) -> dict:
+def panel_context(search: Search, user: Any = None, **extra) -> dict:
+    target = endpoints.target_of(search)
     return {
         "search": search,
         "current_model": current_model(search),
+        "endpoint": target,
         "key_set": bool(search.llm_api_key),
+        "may_steer": roles.may_steer(user, search),
         "model_stats": stats.per_model(search),
         "llm_form": extra.pop("llm_form", None)
-        or LLMForm(initial={"model": current_model(search), "base_url": search.llm_base_url}),
+        or LLMForm(
+            # The URL is not typed in again: blank with "custom" keeps the one it has.
+            initial={"model": current_model(search), "llm_endpoint": target.name}
+        ),
+        "llm_changes": list(
+            LLMChange.objects.filter(search=search).select_related("changed_by")[:20]
+        ),
         "note_form": extra.pop("note_form", None) or NoteForm(),
         "notes": list(SearchNote.objects.filter(search=search)[:10]),
         **extra,
@@ -76,13 +103,13 @@ def _add_errors(form: forms.Form, exc: DomainError) -> None:
 
 def _respond(request: HttpRequest, search: Search, status: int = 200, **extra) -> HttpResponse:
     if getattr(request, "htmx", False):  # htmx swaps 2xx only: the panel with its errors
-        return render(request, PANEL, panel_context(search, **extra))
+        return render(request, PANEL, panel_context(search, request.user, **extra))
     if status != 200:  # no JS: the search page, the errors next to what was typed
         form = extra.get("llm_form") or extra.get("note_form")
         if not search.idea.model_name and form is not None:  # no panel to show them in
             for error in form.non_field_errors():
                 messages.error(request, error)
-        context = panel_context(search, **extra)
+        context = panel_context(search, request.user, **extra)
         context["page"] = selectors.trials_page(search, 1, TRIALS_PER_PAGE)
         return render(request, "searches/search.html", context, status=status)
     return redirect("searches:search", pk=search.pk)
@@ -92,9 +119,12 @@ def _respond(request: HttpRequest, search: Search, status: int = 200, **extra) -
 def search_llm(request: HttpRequest, pk: int) -> HttpResponse:
     search = selectors.search_for_user(request.user, pk)
     if request.method == "GET":
-        return render(request, PANEL, panel_context(search))
-    if not roles.is_engineer(request.user):
-        raise PermissionDenied("Only engineers may change a search's model.")
+        return render(request, PANEL, panel_context(search, request.user))
+    # Checked before the form: whoever may not steer learns nothing from its validation.
+    if not roles.may_steer(request.user, search):
+        raise PermissionDenied(
+            "Only the search's owner, a reviewer or staff may change its model or endpoint."
+        )
     form = LLMForm(request.POST)
     if form.is_valid():
         data = form.cleaned_data
@@ -103,6 +133,7 @@ def search_llm(request: HttpRequest, pk: int) -> HttpResponse:
                 search=search,
                 user=request.user,
                 model=data["model"],
+                endpoint=data["llm_endpoint"],
                 base_url=data["base_url"],
                 api_key=data["api_key"] or None,
                 clear_key=data["clear_key"],

@@ -5,7 +5,8 @@ client in tests (never a mock).
 chunks when the request asks for `stream`, with a usage chunk when it asks for
 `stream_options.include_usage`; plain JSON otherwise), or an HTTP error with an OpenAI-shaped
 body (429 with Retry-After, 500, 401, 404...), optionally after a delay or a pause between
-chunks. When the script runs out, the last step repeats. Every request body is recorded.
+chunks. When the script runs out, the last step repeats. Every request body is recorded, with
+its headers (`_headers`, lower-case names; `_authorization`, "" when none was sent).
 `GET /v1/models` lists the models the server knows.
 """
 
@@ -104,6 +105,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, _error(404, f"no route {self.path}"))
             return
         body["_authorization"] = self.headers.get("Authorization", "")
+        body["_headers"] = {name.lower(): value for name, value in self.headers.items()}
         self.script.requests.append(body)
         step = self.script.next()
         if step.delay_s:

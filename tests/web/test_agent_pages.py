@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from searches import crypto
 from searches.agent import packs
 from searches.models import ContextPack, Idea, Search, SearchNote
 from tests.web.agent_helpers import GOOD, llm_search
@@ -40,26 +41,36 @@ def test_the_search_page_compares_models_and_breaks_failures_down(engineer_clien
 
 
 def test_switching_the_model_from_the_page_saves_it_and_never_shows_the_key(
-    engineer_client, engineer
+    engineer_client, engineer, settings
 ):
+    settings.AUTOWEB_LLM_ALLOW_CUSTOM_URL = True
+    settings.AUTOWEB_LLM_CUSTOM_URL_ALLOWLIST = ["127.0.0.1"]
     search = llm_search(engineer)
     url = reverse("searches:search_llm", args=[search.pk])
     r = engineer_client.post(
-        url, {"model": "model-b", "base_url": "http://127.0.0.1:9/v1", "api_key": KEY}
+        url,
+        {
+            "model": "model-b",
+            "llm_endpoint": "custom",
+            "base_url": "http://127.0.0.1:9/v1",
+            "api_key": KEY,
+        },
     )
     assert r.status_code == 302
     search.refresh_from_db()
-    assert (search.model, search.llm_base_url, search.llm_api_key) == (
+    assert (search.model, search.llm_endpoint, search.llm_base_url) == (
         "model-b",
+        "",
         "http://127.0.0.1:9/v1",
-        KEY,
     )
+    assert KEY not in search.llm_api_key and crypto.decrypt(search.llm_api_key) == KEY
     html = _search_page(engineer_client, search)
     assert 'id="current-model">model-b<' in html and "key set for this search" in html
     assert KEY not in html and KEY not in str(search.to_dict())
     r = engineer_client.post(url, {"model": "model-c"}, HTTP_HX_REQUEST="true")
     search.refresh_from_db()
-    assert r.status_code == 200 and search.model == "model-c" and search.llm_api_key == KEY
+    assert r.status_code == 200 and search.model == "model-c"
+    assert crypto.decrypt(search.llm_api_key) == KEY  # the same endpoint keeps its key
     assert KEY not in r.content.decode()
 
 
@@ -67,19 +78,25 @@ def test_switching_the_model_from_the_page_saves_it_and_never_shows_the_key(
     ("data", "error"),
     [
         ({"model": "has spaces"}, "is not a model name"),
-        ({"model": "m", "base_url": "ftp://x"}, "A base URL is http(s)"),
-        ({"model": "m", "base_url": "https://u:sk-1@x/v1"}, "not in the URL"),
+        ({"model": "m", "base_url": "ftp://x"}, "is not http(s)://host"),
+        ({"model": "m", "base_url": "https://u:sk-1@x/v1"}, "keys go in the API key"),
+        ({"model": "m", "base_url": "https://x.example/v1?key=sk-1"}, "has a query string"),
+        ({"model": "m", "llm_endpoint": "nope"}, "Unknown endpoint nope"),
+        ({"model": "m", "llm_endpoint": "custom"}, "Type the custom endpoint"),
+        ({"model": "m", "api_key": "two words"}, "An API key is one word"),
         ({"model": ""}, "This field is required"),
     ],
 )
 def test_bad_model_input_gets_a_clear_error_and_changes_nothing(
-    engineer_client, engineer, data, error
+    engineer_client, engineer, settings, data, error
 ):
+    settings.AUTOWEB_LLM_ALLOW_CUSTOM_URL = True
     search = llm_search(engineer)
     r = engineer_client.post(reverse("searches:search_llm", args=[search.pk]), data)
     assert r.status_code == 400 and error in r.content.decode()
     search.refresh_from_db()
-    assert search.model == "" and search.llm_base_url == ""
+    assert (search.model, search.llm_endpoint, search.llm_base_url) == ("", "default", "")
+    assert search.llm_api_key == "" and not search.llm_changes.exists()
     assert search.status == Search.Status.RUNNING
 
 

@@ -14,7 +14,7 @@ from channels.layers import get_channel_layer
 
 from searches import live, services
 from searches.agent import notes, step
-from searches.agent.endpoint import set_llm
+from searches.agent.switch import set_llm
 from searches.errors import DomainError
 from searches.models import Search, Trial
 from tests.conftest import test_redis_url

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
@@ -55,6 +56,7 @@ def production_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
         ALLOWED_HOSTS="autoweb.example.com",
         CSRF_TRUSTED_ORIGINS="https://autoweb.example.com",
         DATABASE_URL=_database_url(tmp_path),
+        AUTOWEB_ENCRYPTION_KEYS=Fernet.generate_key().decode(),
     )
     env.update(overrides)
     return {k: v for k, v in env.items() if v is not None}

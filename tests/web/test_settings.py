@@ -6,11 +6,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 
-from autoweb.env import envbool, envint, envlist, envstr, parse_database_url
+from autoweb.env import (
+    envbool,
+    envint,
+    envlist,
+    envstr,
+    parse_database_url,
+    parse_host_allowlist,
+    parse_llm_endpoints,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,7 +148,11 @@ def test_database_url_decides_which_database_the_tests_use():
 
 
 def _import_settings(**env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DEBUG", "SECRET_KEY", "AUTOWEB_ENCRYPTION_KEYS"}
+    }
     return subprocess.run(
         [sys.executable, "-c", "import autoweb.settings"],
         cwd=ROOT,
@@ -154,7 +167,11 @@ def test_settings_refuse_to_start_without_a_secret_key_when_debug_is_off():
     result = _import_settings(DEBUG="0")
     assert result.returncode != 0
     assert "SECRET_KEY must be set" in result.stderr
-    assert _import_settings(DEBUG="0", SECRET_KEY="s3cret-for-the-test").returncode == 0
+    key = Fernet.generate_key().decode()
+    result = _import_settings(
+        DEBUG="0", SECRET_KEY="s3cret-for-the-test", AUTOWEB_ENCRYPTION_KEYS=key
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_settings_refuse_to_start_on_a_bad_value():
@@ -164,3 +181,79 @@ def test_settings_refuse_to_start_on_a_bad_value():
     result = _import_settings(AUTOWEB_PROBLEM_DIRS="/nonexistent/autoweb-problems")
     assert result.returncode != 0
     assert "/nonexistent/autoweb-problems" in result.stderr
+
+
+# -- LLM endpoints -----------------------------------------------------------------------------
+
+
+def test_declared_endpoints_take_their_keys_from_the_variables_named(monkeypatch):
+    monkeypatch.setenv("VLLM_KEY", "vllm-key-1")
+    monkeypatch.setenv("GW_KEY", "")
+    parsed = parse_llm_endpoints(
+        "vllm=http://vllm.internal:8001/v1 VLLM_KEY, gw=https://gw.example.com/v1 GW_KEY,"
+        " ollama=http://10.0.0.9:11434/v1",
+        "E",
+    )
+    assert parsed == {
+        "vllm": {
+            "base_url": "http://vllm.internal:8001/v1",
+            "key_variable": "VLLM_KEY",
+            "api_key": "vllm-key-1",
+        },
+        "gw": {"base_url": "https://gw.example.com/v1", "key_variable": "GW_KEY", "api_key": ""},
+        "ollama": {"base_url": "http://10.0.0.9:11434/v1", "key_variable": "", "api_key": ""},
+    }
+    assert parse_llm_endpoints("", "E") == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("vllm", "entry 1 is not name=URL [KEY_VARIABLE]"),
+        ("a=http://x/v1, Big Name=http://x/v1", "entry 2 is not name=URL"),
+        ("a=http://x/v1 K extra", "entry 1 is not name=URL"),
+        ("vllm http://u:pw@x/v1", "entry 1 is not name=URL"),
+        ("default=http://x/v1", "the name 'default' is reserved"),
+        ("custom=http://x/v1", "the name 'custom' is reserved"),
+        ("a=http://x/v1,a=http://y/v1", "declared twice"),
+        ("a=ftp://x/v1", "is not http(s)://host"),
+        ("a=https://user:pw@x/v1", "carries credentials"),
+        ("a=https://x/v1?key=1", "query string"),
+        ("a=http://x/v1 1BAD", "is not a variable name"),
+        ("a=http://x/v1 AUTOWEB_NOT_SET_ANYWHERE", "which is not set"),
+    ],
+)
+def test_bad_declared_endpoints_stop_the_process_naming_the_problem(raw, message):
+    with pytest.raises(ImproperlyConfigured, match="AUTOWEB_LLM_ENDPOINTS") as info:
+        parse_llm_endpoints(raw, "AUTOWEB_LLM_ENDPOINTS")
+    assert message in str(info.value)
+    assert "pw" not in str(info.value)  # a password in a URL is never echoed
+
+
+def test_the_custom_url_allowlist_takes_hosts_and_networks_only():
+    assert parse_host_allowlist(["10.0.0.0/8", "127.0.0.1", "VLLM.internal", "::1"], "A") == [
+        "10.0.0.0/8",
+        "127.0.0.1",
+        "vllm.internal",
+        "::1",
+    ]
+    with pytest.raises(ImproperlyConfigured, match="'http://x' is neither a host name"):
+        parse_host_allowlist(["http://x"], "A")
+
+
+def test_custom_urls_are_off_unless_the_operator_turns_them_on():
+    assert settings.AUTOWEB_LLM_ALLOW_CUSTOM_URL is False
+    assert settings.AUTOWEB_LLM_CUSTOM_URL_ALLOWLIST == []
+
+
+def test_debug_pages_mask_the_declared_keys_and_the_encryption_keys(settings):
+    from django.views.debug import SafeExceptionReporterFilter
+
+    settings.AUTOWEB_LLM_ENDPOINTS = {
+        "vllm": {"base_url": "http://x/v1", "key_variable": "VK", "api_key": "declared-key-99"}
+    }
+    settings.AUTOWEB_ENCRYPTION_KEYS = [Fernet.generate_key().decode()]
+    shown = str(SafeExceptionReporterFilter().get_safe_settings())
+    assert "declared-key-99" not in shown
+    assert settings.AUTOWEB_ENCRYPTION_KEYS[0] not in shown
+    assert "http://x/v1" in shown  # the walk reached the setting

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("searches", "0004_chart_indexes"),
+        ("searches", "0006_encrypt_llm_keys"),
     ]
 
     operations = [
