@@ -7,6 +7,15 @@ whether any trial was lost or evaluated twice. Optionally SIGKILLs one worker mi
     python benchmarks/stack_proof.py --device interpret --workers 1 --trials 3   # on a CPU
     python benchmarks/stack_proof.py --device interpret --workers 2 --orchestrators 2 \
         --searches 20 --trials 3                          # 20 searches at once (load)
+    python benchmarks/stack_proof.py --device cuda --problems rmsnorm,swiglu,rope \
+        --trials 16 --release var/library                 # then approve, re-validate, export
+    python benchmarks/stack_proof.py --device cuda --problems rmsnorm,swiglu,rope \
+        --sketches tests/fixtures/honest --trials 12 --release var/library   # from sketches
+
+With `--release DIR`, once the searches end, a reviewer approves every incumbent that is in the
+review queue (over the shape range it was measured on), the workers re-validate it as they
+would after a reviewer's click, and the releases are exported to DIR (`export_library`), the
+library that benchmarks/model_block.py loads.
 
 Redis comes from `up` (a redis-server on PATH); the database is a fresh SQLite file.
 """
@@ -178,6 +187,73 @@ def warm_baselines(names: list[str], conn) -> float:
     return time.perf_counter() - t0
 
 
+def release(search_ids: list[int], user, out: Path, timeout: float) -> dict:
+    """Approve each search's incumbent that waits for review, as a reviewer would; wait for the
+    workers' re-validations; export the active releases to `out`."""
+    from django.contrib.auth.models import Group
+    from django.core.management import call_command
+
+    from library import selectors as library_selectors
+    from library import services as library_services
+    from library.models import Release, Revalidation
+    from searches.models import Search
+
+    user.groups.add(Group.objects.get_or_create(name="reviewers")[0])
+    approved, skipped = [], []
+    for s in Search.objects.filter(pk__in=search_ids).select_related("incumbent", "idea"):
+        trial = s.incumbent
+        why = "no incumbent" if trial is None else library_selectors.why_not_candidate(trial)
+        if why is not None:
+            skipped.append({"search": s.pk, "problem": s.idea.problem, "why": why})
+            continue
+        review = library_services.decide(
+            trial=trial,
+            user=user,
+            action="approve",
+            text="approved by benchmarks/stack_proof.py --release",
+            shape_range=library_services.measured_range(trial),
+        )
+        approved.append({"search": s.pk, "problem": s.idea.problem, "review": review.pk})
+    log(f"approved {approved}; not in the queue: {skipped}")
+    reviews = [a["review"] for a in approved]
+    deadline = time.monotonic() + timeout
+    while Revalidation.objects.filter(
+        review__in=reviews, status=Revalidation.Status.QUEUED
+    ).exists():
+        if time.monotonic() > deadline:
+            log("re-validation timed out")
+            break
+        time.sleep(2.0)
+    revals = [
+        {
+            "review": r.review_id,
+            "problem": r.review.trial.search.idea.problem,
+            "kind": r.kind,
+            "status": r.status,
+            "reasons": r.reasons,
+        }
+        for r in Revalidation.objects.filter(review__in=reviews).select_related(
+            "review__trial__search__idea"
+        )
+    ]
+    out.mkdir(parents=True, exist_ok=True)
+    call_command("export_library", out=str(out))
+    releases = [
+        {
+            "id": r.pk,
+            "problem": r.problem,
+            "kind": r.kind,
+            "dtype": r.dtype,
+            "shape_range": r.shape_range,
+            "speedup_eager": r.speedup_eager,
+            "speedup_compiled": r.speedup_compiled,
+        }
+        for r in Release.objects.filter(revoked_at__isnull=True)
+    ]
+    log(f"releases {releases} exported to {out}")
+    return {"approved": approved, "skipped": skipped, "revalidations": revals, "releases": releases}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
@@ -192,6 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--orchestrators", type=int, default=1)
     ap.add_argument("--problems", default="softmax,rmsnorm")
+    ap.add_argument(
+        "--sketches",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="an engineer's structural sketch per problem, DIR/<problem>_tuned.py where present "
+        "(e.g. tests/fixtures/honest): the idea's start instead of the built-in seed",
+    )
     ap.add_argument("--trials", type=int, default=8, help="trial budget per search")
     ap.add_argument(
         "--searches",
@@ -207,6 +291,16 @@ def main(argv: list[str] | None = None) -> int:
         help="SIGKILL one worker once N trials have finished (0: never)",
     )
     ap.add_argument("--timeout", type=float, default=600, help="seconds for the searches")
+    ap.add_argument(
+        "--release",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="approve each incumbent in the review queue, wait for re-validation, export to DIR",
+    )
+    ap.add_argument(
+        "--release-timeout", type=float, default=240, help="seconds for the re-validations"
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
 
@@ -250,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.searches:
             names = [names[i % len(names)] for i in range(args.searches)]
         for n_search, name in enumerate(names, 1):
+            sketch = args.sketches / f"{name}_tuned.py" if args.sketches else None
             idea = services.create_idea(
                 author=user,
                 title=f"stack proof {n_search}: {name} knobs",
@@ -257,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                 problem=name,
                 target_kinds=[kind],
                 proposer="tuner",
-                sketch_source="",
+                sketch_source=sketch.read_text() if sketch and sketch.exists() else "",
                 prohibitions="",
                 max_trials=args.trials,
                 max_gpu_minutes=60,
@@ -364,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
             killed=killed,
             since_start_s=time.time() - t_start,
         )
+        if args.release:
+            result["release"] = release(searches, user, args.release, args.release_timeout)
     finally:
         app.stop()
     log(json.dumps({k: v for k, v in result.items() if k != "args"}, indent=1, default=str))
