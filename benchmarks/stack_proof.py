@@ -187,6 +187,25 @@ def warm_baselines(names: list[str], conn) -> float:
     return time.perf_counter() - t0
 
 
+def _where_time_went(trials) -> dict:
+    """Where a search's evaluations spent their time: the baselines' source (cached, measured,
+    re-measured after a canary drift) and the median second at which each harness phase began."""
+    sources: dict[str, int] = {}
+    phases: dict[str, list[float]] = {}
+    for t in trials:
+        rep = t.report or {}
+        src = (rep.get("baselines") or {}).get("source")
+        if src:
+            sources[src] = sources.get(src, 0) + 1
+        for name, sec in (rep.get("timeline") or {}).items():
+            if isinstance(sec, (int, float)):
+                phases.setdefault(name, []).append(float(sec))
+    return {
+        "baseline_sources": sources,
+        "timeline_median_s": {n: round(statistics.median(v), 3) for n, v in phases.items()},
+    }
+
+
 def release(search_ids: list[int], user, out: Path, timeout: float) -> dict:
     """Approve each search's incumbent that waits for review, as a reviewer would; wait for the
     workers' re-validations; export the active releases to `out`."""
@@ -438,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
                     "confirmations": sum(
                         1 for t in trials if t.search_id == s.pk and t.confirmation
                     ),
+                    **_where_time_went([t for t in trials if t.search_id == s.pk]),
                 }
                 for s in Search.objects.filter(pk__in=searches).select_related("incumbent", "idea")
             ],
