@@ -2,7 +2,8 @@
 # The model block with releases from real searches, on one GPU host (docs/benchmarks/model.md).
 #   benchmarks/h200_model.sh release OUT   tuner searches on the block's ops through the whole
 #                                          stack, approve what waits for review, re-validate,
-#                                          export the library to var/library (and OUT/library.tgz)
+#                                          export the library to var/library (and, with the
+#                                          database, to OUT/library.tgz)
 #   benchmarks/h200_model.sh block OUT     the block with var/library against eager and
 #                                          torch.compile (both phases), report in OUT
 # Env: PROBLEMS (rmsnorm,swiglu,rope), TRIALS (16), SEARCH_S (300), PHASES (prefill decode),
@@ -20,12 +21,14 @@ release)
   timeout 560 python3 benchmarks/stack_proof.py --device cuda --warm-baselines \
     --problems "${PROBLEMS:-rmsnorm,swiglu,rope}" --trials "${TRIALS:-16}" ${SKETCHES:+--sketches "$SKETCHES"} \
     --timeout "${SEARCH_S:-300}" --release var/library --release-timeout 150 \
-    --out "$OUT/stack-release.json" > "$OUT/stack-release.log" 2>&1
+    --out "$OUT/stack-release.json" --keep-db var/stack.sqlite3 > "$OUT/stack-release.log" 2>&1
   echo "stack_proof exit $?"
   grep -v '^  up|' "$OUT/stack-release.log" | tail -40
-  tar czf "$OUT/library.tgz" -C var library && tar tzf "$OUT/library.tgz"
+  tar czf "$OUT/library.tgz" -C var library stack.sqlite3 && tar tzf "$OUT/library.tgz"
   ;;
 block)
+  # A later call on a fresh machine: the library (and database) from the release step's tarball.
+  [ -d var/library ] || { mkdir -p var && tar xzf "${LIBRARY_TGZ:-.model/library.tgz}" -C var; }
   timeout 580 python3 benchmarks/model_block.py --library var/library --phases ${PHASES:-prefill decode} \
     --json "$OUT/h200-block.json" 2>&1 | tee "$OUT/h200-block.txt" | tail -80
   ;;

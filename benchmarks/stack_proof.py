@@ -27,6 +27,7 @@ import http.cookiejar
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -321,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         "--release-timeout", type=float, default=240, help="seconds for the re-validations"
     )
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--keep-db", type=Path, default=None, metavar="PATH", help="copy the database file here"
+    )
     args = ap.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="autoweb-stack-"))
@@ -483,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
             result["release"] = release(searches, user, args.release, args.release_timeout)
     finally:
         app.stop()
+        if args.keep_db and db.exists():
+            shutil.copyfile(db, args.keep_db)
     log(json.dumps({k: v for k, v in result.items() if k != "args"}, indent=1, default=str))
     if args.out:
         args.out.write_text(json.dumps(result, indent=1, default=str))
