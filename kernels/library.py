@@ -10,6 +10,13 @@ package) holds `manifest.json`, the released sources under `kernels/` and the re
 dtype and shape within the release's validated range; outside every range, on a device no
 release was validated on, or with no release at all, it calls the reference.
 
+A release also carries its per-shape table (`shapes` in the manifest): on each shape it was
+re-validated on, whether the kernel beat the faster of eager and torch.compile beyond the
+measured noise, and if not, which baseline serves. A call on such a shape goes where the table
+says: the kernel, the reference ("eager"), or torch.compile of the reference ("compiled",
+compiled once per input signature, and the reference if compiling fails). `route_of(*args)`
+says which; shapes the table does not list run the release's kernel inside its range.
+
 How a call's inputs give its shape is the problem's own declaration (its DIMS and RANKS), which
 the export copies into the manifest's `problems` entry; with no manifest, inside autoweb, it is
 read from the problem registry.
@@ -107,7 +114,8 @@ class Kernel:
         self.reference = reference
         self.library_dir = library_dir
         self.ranks = [int(r) for r in ranks] if ranks else None
-        self._cache: dict[tuple, tuple[Callable[..., Any], dict[str, Any] | None]] = {}
+        # key -> (function, the release whose kernel runs or None, route)
+        self._cache: dict[tuple, tuple[Callable[..., Any], dict[str, Any] | None, str]] = {}
         self._modules: dict[str, Any] = {}
         self._kinds: dict[tuple[str, int | None], str | None] = {}
         self._lock = threading.Lock()
@@ -138,10 +146,18 @@ class Kernel:
         return hit[0](*args)
 
     def choose(self, *args: Any) -> dict[str, Any] | None:
-        """The release a call with these inputs would run (None: the reference)."""
+        """The release whose kernel a call with these inputs would run (None: a baseline)."""
         key = _key(args)
         hit = self._cache.get(key) or self._resolve(key, args)
         return hit[1]
+
+    def route_of(self, *args: Any) -> str:
+        """What a call with these inputs runs: "kernel" (a release), "compiled" or "eager"
+        (a release's table says that baseline is faster on this shape), or "reference" (no
+        release covers the call)."""
+        key = _key(args)
+        hit = self._cache.get(key) or self._resolve(key, args)
+        return hit[2]
 
     # -- choosing -------------------------------------------------------------------------------
 
@@ -168,11 +184,16 @@ class Kernel:
                 return None
         return shape
 
-    def _resolve(self, key: tuple, args: tuple) -> tuple[Callable[..., Any], dict | None]:
+    def _resolve(self, key: tuple, args: tuple) -> tuple[Callable[..., Any], dict | None, str]:
         with self._lock:
             choice = self._pick(args)
-            fn = self.reference if choice is None else self._function(choice)
-            hit = (fn, choice)
+            route = "reference" if choice is None else _served_by(choice, self.shape_of(args))
+            if route == "kernel":
+                hit = (self._function(choice), choice, route)
+            elif route == "compiled":
+                hit = (_Compiled(self.reference), None, route)
+            else:
+                hit = (self.reference, None, route)
             self._cache[key] = hit
             return hit
 
@@ -204,6 +225,40 @@ class Kernel:
             path = self.library_dir / release["file"]
             self._modules[rid] = _import_file(path, f"autoweb_release_{rid}")
         return self._modules[rid].kernel
+
+
+def _served_by(release: dict[str, Any], shape: dict[str, int] | None) -> str:
+    """ "kernel", "compiled" or "eager" for `shape` by the release's table; "kernel" for a
+    shape the table does not list (the release's range covers it)."""
+    for row in release.get("shapes") or ():
+        if isinstance(row, dict) and row.get("shape") == shape:
+            serve = row.get("serve")
+            return serve if serve in ("kernel", "compiled", "eager") else "kernel"
+    return "kernel"
+
+
+class _Compiled:
+    """torch.compile of the reference for one input signature (its own compiled function, so
+    many shapes never reach dynamo's recompile limit); the reference itself if compiling
+    fails, e.g. on a machine without a C compiler."""
+
+    def __init__(self, reference: Callable[..., Any]) -> None:
+        self.reference = reference
+        self.fn: Callable[..., Any] | None = None
+        self.failed: str | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.failed is not None:
+            return self.reference(*args)
+        if self.fn is None:
+            import torch
+
+            self.fn = torch.compile(self.reference, dynamic=False)
+        try:
+            return self.fn(*args)
+        except Exception as e:  # noqa: BLE001 - any compiler failure: the reference serves
+            self.failed = f"{type(e).__name__}: {e}"[:300]
+            return self.reference(*args)
 
 
 def _key(args: tuple) -> tuple:

@@ -156,4 +156,29 @@ class Release(models.Model):
             "trial": {"search": self.trial.search_id, "index": self.trial.index},
             "approver": self.approver.get_username(),
             "created_at": self.created_at.isoformat(),
+            "shapes": self.dispatch(),
+        }
+
+    def dispatch(self) -> list[dict[str, Any]]:
+        """Per measured shape, who serves it: "kernel", "compiled" or "eager", with the times
+        from re-validation. Releases made before the table existed have none: []."""
+        return [
+            {
+                "shape": row.get("shape"),
+                "serve": row["serve"],
+                "ms": row.get("candidate_ms"),
+                "eager_ms": row.get("eager_ms"),
+                "compiled_ms": row.get("compiled_ms"),
+            }
+            for row in self.shapes or []
+            if isinstance(row, dict) and row.get("serve") and isinstance(row.get("shape"), dict)
+        ]
+
+    def dispatch_summary(self) -> dict[str, Any]:
+        """The dispatch table with its counts, for the releases page."""
+        rows = self.dispatch()
+        return {
+            "rows": rows,
+            "total": len(rows),
+            "on_kernel": sum(1 for r in rows if r["serve"] == "kernel"),
         }

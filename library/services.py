@@ -23,6 +23,7 @@ from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 
 from kernels import problems as registry
+from kernels.engine import compose
 from kernels.worker import fetch_job, queue_name, rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
@@ -313,21 +314,28 @@ def fail_revalidation(*, revalidation: Revalidation, reason: str) -> Revalidatio
     return locked
 
 
+def _release_shape(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One shape of the re-validation report, with who serves it (`kernels.engine.compose`):
+    the kernel where it beat the faster baseline beyond both spreads, else that baseline."""
+    entry = compose.serve_row(row)
+    return {
+        "label": row.get("label"),
+        "shape": row.get("shape"),
+        "candidate_ms": row.get("candidate_ms"),
+        "speedup_eager": row.get("speedup_eager"),
+        "speedup_compiled": row.get("speedup_compiled"),
+        "eager_ms": entry["eager_ms"],
+        "compiled_ms": entry["compiled_ms"],
+        "serve": entry["serve"],
+        "margin": entry["margin"],
+    }
+
+
 def _release(reval: Revalidation, report: dict[str, Any]) -> Release:
     review = reval.review
     trial = review.trial
     summary = report.get("summary") if isinstance(report.get("summary"), dict) else {}
-    shapes = [
-        {
-            "label": row.get("label"),
-            "shape": row.get("shape"),
-            "candidate_ms": row.get("candidate_ms"),
-            "speedup_eager": row.get("speedup_eager"),
-            "speedup_compiled": row.get("speedup_compiled"),
-        }
-        for row in report.get("shapes") or []
-        if isinstance(row, dict)
-    ]
+    shapes = [_release_shape(row) for row in report.get("shapes") or [] if isinstance(row, dict)]
     return Release.objects.create(
         problem=trial.search.idea.problem,
         kind=reval.kind,

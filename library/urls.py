@@ -10,6 +10,7 @@ urlpatterns = [
     path("reviews/trials/<int:pk>", views.review, name="review"),
     path("reviews/trials/<int:pk>/decide", views.decide, name="decide"),
     path("releases/", views.releases, name="releases"),
+    path("releases/<int:pk>", views.release, name="release"),
     path("releases/<int:pk>/revoke", views.revoke, name="revoke"),
     path("releases/download", views.download, name="download"),
 ]

@@ -187,6 +187,19 @@ def releases(request: HttpRequest) -> HttpResponse:
     )
 
 
+@require_GET
+def release(request: HttpRequest, pk: int) -> HttpResponse:
+    """One release: its range, speedups, provenance and per-shape dispatch table."""
+    _require_engineer(request)
+    rows = Release.objects.select_related("trial", "approver", "revoked_by")
+    rel = get_object_or_404(rows, pk=pk)
+    return render(
+        request,
+        "library/release.html",
+        {"r": rel, "dispatch": rel.dispatch_summary(), "reviewer": roles.is_reviewer(request.user)},
+    )
+
+
 @require_POST
 def revoke(request: HttpRequest, pk: int) -> HttpResponse:
     if not roles.is_reviewer(request.user):

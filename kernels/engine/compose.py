@@ -64,10 +64,6 @@ def build(
         base = baseline_stats[s] or {}
         eager, compiled = base.get(EAGER) or {}, base.get(COMPILED) or {}
         e_ms, c_ms = number(eager.get("median")), number(compiled.get("median"))
-        e_sp, c_sp = number(eager.get("spread")) or 0.0, number(compiled.get("spread")) or 0.0
-        options = [(ms, name, sp) for ms, name, sp in ((c_ms, COMPILED, c_sp), (e_ms, EAGER, e_sp))]
-        options = [o for o in options if o[0] is not None and o[0] > 0]
-        best_base = min(options) if options else None
         timed = []
         for k in range(len(kernels)):
             st = kernel_stats[k][s] if s < len(kernel_stats[k]) else None
@@ -75,15 +71,12 @@ def build(
             if st and st.get("passed", True) and ms is not None and ms > 0:
                 timed.append((ms, k, number(st.get("spread")) or 0.0))
         best_kernel = min(timed) if timed else None
-        serve, ms, kernel, margin = None, None, None, None
-        if best_kernel is not None and best_base is not None:
-            margin = best_kernel[2] + best_base[2]
-            if best_kernel[0] < best_base[0] * (1 - margin):
-                serve, ms, kernel = KERNEL, best_kernel[0], kernels[best_kernel[1]]
-        if serve is None and best_base is not None:
-            serve, ms = best_base[1], best_base[0]
-        elif serve is None and best_kernel is not None:  # no baseline timed on this shape
-            serve, ms, kernel = KERNEL, best_kernel[0], kernels[best_kernel[1]]
+        serve, ms, margin = choose(
+            best_kernel and (best_kernel[0], best_kernel[2]),
+            (e_ms, number(eager.get("spread"))),
+            (c_ms, number(compiled.get("spread"))),
+        )
+        kernel = kernels[best_kernel[1]] if serve == KERNEL and best_kernel else None
         rows.append(
             {
                 "label": label,
@@ -138,6 +131,55 @@ def build(
         "geomean_speedup_eager": _geomean([r["speedup_eager"] for r in rows]),
         "singles": singles,
         "best_single": best_single,
+    }
+
+
+Timing = tuple[float | None, float | None]  # (median ms, relative spread)
+
+
+def choose(
+    kernel: Timing | None, eager: Timing | None, compiled: Timing | None
+) -> tuple[str | None, float | None, float | None]:
+    """Who serves one shape: (KERNEL, COMPILED or EAGER, its ms, the margin used).
+
+    The faster baseline serves unless the kernel beats it by more than both measured spreads
+    together; with no baseline timed the kernel serves; with nothing timed, nobody (None).
+    The one rule for the search's table, the release's table and the library's routing."""
+    options = [
+        (ms, name, sp or 0.0)
+        for (ms, sp), name in ((compiled or (None, None), COMPILED), (eager or (None, None), EAGER))
+        if ms is not None and ms > 0
+    ]
+    best_base = min(options) if options else None
+    k_ms, k_sp = kernel or (None, None)
+    if k_ms is None or k_ms <= 0:
+        return (best_base[1], best_base[0], None) if best_base else (None, None, None)
+    if best_base is None:
+        return KERNEL, k_ms, None
+    margin = (k_sp or 0.0) + best_base[2]
+    if k_ms < best_base[0] * (1 - margin):
+        return KERNEL, k_ms, margin
+    return best_base[1], best_base[0], margin
+
+
+def serve_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A report's per-shape row (candidate_ms/_spread, eager_ms/_spread, compiled_ms/_spread)
+    as a dispatch entry: the shape, the three times and who serves it (`choose`)."""
+    k_ms, e_ms, c_ms = (number(row.get(f"{n}_ms")) for n in ("candidate", "eager", "compiled"))
+    serve, ms, margin = choose(
+        (k_ms, number(row.get("candidate_spread"))),
+        (e_ms, number(row.get("eager_spread"))),
+        (c_ms, number(row.get("compiled_spread"))),
+    )
+    return {
+        "label": row.get("label"),
+        "shape": dict(row.get("shape") or {}),
+        "serve": serve,
+        "ms": ms,
+        "kernel_ms": k_ms,
+        "eager_ms": e_ms,
+        "compiled_ms": c_ms,
+        "margin": margin,
     }
 
 

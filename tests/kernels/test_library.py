@@ -306,3 +306,36 @@ def test_a_users_problem_dispatches_on_the_dims_it_declares(tmp_path, interpret,
     assert kernel(x, y).unique().tolist() == [9.0]
     assert kernel.choose(torch.randn(5, 8), y) is None  # R = 5 is outside 1..4
     assert kernel.choose(x, torch.randn(8, 5).t().contiguous().t()) is None  # not contiguous
+
+
+def _table(rows: dict[tuple[int, int], str]) -> list[dict]:
+    return [{"shape": {"M": m, "N": n}, "serve": serve} for (m, n), serve in rows.items()]
+
+
+def test_a_releases_table_sends_each_shape_to_what_serves_it(tmp_path, interpret):
+    rel = release(1) | {"shapes": _table({(3, 1000): "eager", (5, 1000): "kernel"})}
+    root = write(tmp_path, [rel], {"kernels/r1.py": ONES.format(value=1.0)})
+    kernel = library.load("softmax", library_dir=root)
+    x = torch.randn(3, 1000)
+    # A shape where a baseline was faster: the reference runs, not the release.
+    assert kernel.route_of(x) == "eager" and kernel.choose(x) is None
+    torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+    # A shape the kernel won, and one the table does not list (inside the range): the kernel.
+    for rows in (5, 6):
+        y = torch.randn(rows, 1000)
+        assert kernel.route_of(y) == "kernel" and kernel.choose(y)["id"] == 1
+        assert kernel(y).unique().tolist() == [1.0]
+    # Outside every range: the reference, whatever the table says.
+    assert kernel.route_of(torch.randn(3, 5000)) == "reference"
+
+
+def test_a_shape_served_by_torch_compile_runs_the_compiled_reference(tmp_path, interpret):
+    rel = release(1) | {"shapes": _table({(4, 256): "compiled"})}
+    root = write(tmp_path, [rel], {"kernels/r1.py": ONES.format(value=1.0)})
+    kernel = library.load("softmax", library_dir=root)
+    x = torch.randn(4, 256)
+    assert kernel.route_of(x) == "compiled" and kernel.choose(x) is None
+    torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+    compiled = kernel._cache[library._key((x,))][0]
+    assert compiled.fn is not None, "torch.compile was never asked"
+    assert compiled.failed is None, compiled.failed

@@ -67,6 +67,84 @@ def test_a_passing_revalidation_becomes_a_release(approved, reviewer):
     assert Revalidation.objects.get().status == "passed"
 
 
+def _timed(label, shape, ms, eager, compiled, spread=0.02):
+    return {
+        "label": label,
+        "shape": shape,
+        "candidate_ms": ms,
+        "candidate_spread": spread,
+        "eager_ms": eager,
+        "eager_spread": spread,
+        "compiled_ms": compiled,
+        "compiled_spread": spread,
+    }
+
+
+def test_a_release_says_per_shape_whether_the_kernel_or_a_baseline_serves_it(
+    approved, tmp_path, monkeypatch
+):
+    report = reval_report(geomean_speedup_eager=1.5)
+    report["shapes"] = [
+        _timed("M=1,N=1024", {"M": 1, "N": 1024}, 0.50, 0.90, 0.80),  # wins beyond noise
+        _timed("M=2,N=1024", {"M": 2, "N": 1024}, 0.79, 0.90, 0.80),  # within noise of compile
+        _timed("M=3,N=1024", {"M": 3, "N": 1024}, 0.70, 0.60, None),  # eager is faster
+    ]
+    services.record_revalidation(revalidation=approved.revalidations.get(), report=report)
+    release = Release.objects.get()
+    assert [r["serve"] for r in release.dispatch()] == ["kernel", "compiled", "eager"]
+    entry = release.manifest_entry()
+    assert entry["shapes"][1] == {
+        "shape": {"M": 2, "N": 1024},
+        "serve": "compiled",
+        "ms": 0.79,
+        "eager_ms": 0.90,
+        "compiled_ms": 0.80,
+    }
+    # The exported library routes each shape the way the table says.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    out = export.write_dir([release], tmp_path / "lib")
+    kernel = runtime.load("softmax", library_dir=out)
+    routes = [kernel.route_of(torch.randn(m, 1024)) for m in (1, 2, 3, 4)]
+    assert routes == ["kernel", "compiled", "eager", "kernel"]
+
+
+def test_a_release_page_shows_its_per_shape_dispatch(approved, engineer_client):
+    report = reval_report(geomean_speedup_eager=1.5)
+    report["shapes"] = [
+        _timed("M=1,N=1024", {"M": 1, "N": 1024}, 0.50, 0.90, 0.80),
+        _timed("M=2,N=1024", {"M": 2, "N": 1024}, 0.79, 0.90, 0.80),
+    ]
+    services.record_revalidation(revalidation=approved.revalidations.get(), report=report)
+    release = Release.objects.get()
+    listing = engineer_client.get(reverse("library:releases")).content.decode()
+    assert reverse("library:release", args=[release.pk]) in listing
+    html = engineer_client.get(reverse("library:release", args=[release.pk])).content.decode()
+    block = html[html.index('id="dispatch"') :]
+    assert "1 of 2 shapes on the kernel" in block
+    assert block.index('class="serve-kernel"') < block.index('class="serve-compiled"')
+    assert "torch.compile" in block and "0.8 ms" in block
+
+
+def test_a_release_made_before_the_table_existed_still_exports_and_dispatches(
+    release, tmp_path, monkeypatch
+):
+    Release.objects.filter(pk=release.pk).update(
+        shapes=[{"label": "M=1,N=4096", "shape": {"M": 1, "N": 4096}, "candidate_ms": 0.1}]
+    )
+    release.refresh_from_db()
+    assert release.dispatch() == [] and release.manifest_entry()["shapes"] == []
+    client = Client()
+    client.force_login(release.approver)
+    html = client.get(reverse("library:release", args=[release.pk])).content.decode()
+    assert "made before releases carried a per-shape table" in html
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    out = export.write_dir([release], tmp_path / "lib")
+    x = torch.randn(1, 4096)
+    kernel = runtime.load("softmax", library_dir=out)
+    # Inside the release's range, with no table: its kernel, as before the table existed.
+    assert kernel.choose(x)["id"] == release.pk and kernel.route_of(x) == "kernel"
+
+
 def test_a_failing_revalidation_releases_nothing_and_the_reviewer_sees_why(
     approved, reviewer_client_for
 ):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -79,6 +81,36 @@ def test_the_review_page_shows_diffs_table_checks_device_lineage_and_prompt(revi
     assert "BLOCK_N=4096 keeps a 4096 row in one block" in html
     # Default range: the span of the measured shapes.
     assert 'name="range_N_hi" value="32768"' in html
+
+
+def test_the_review_page_shows_the_searchs_per_shape_table(reviewer_client, pair):
+    from searches import services as search_services
+
+    _, child = pair
+    url = reverse("library:review", args=[child.pk])
+    assert 'id="search-table"' not in reviewer_client.get(url).content.decode()  # none yet
+    timed = {
+        "labels": ["M=1,N=4096", "M=4096,N=1000"],
+        "shapes": [{"M": 1, "N": 4096}, {"M": 4096, "N": 1000}],
+        "kernels": [[{"median": 0.004, "spread": 0.01, "passed": True}] * 2],
+        "baselines": [
+            {
+                "eager": {"median": 0.01, "spread": 0.01},
+                "compiled": {"median": 0.0035, "spread": 0.01},
+            },
+            {
+                "eager": {"median": 0.02, "spread": 0.01},
+                "compiled": {"median": 0.01, "spread": 0.01},
+            },
+        ],
+        "verdict": "accepted",
+        "reasons": [],
+    }
+    search_services.record_table(search=child.search, timed=timed, kernels=[child.index])
+    html = reviewer_client.get(url).content.decode()
+    section = html[html.index('id="search-table"') :]
+    assert re.findall(r'<tr class="serve-(\w+)">', section)[:2] == ["compiled", "kernel"]
+    assert "1 of 2 shapes served by generated kernels" in section
 
 
 def test_the_queue_and_the_page_link_each_other(engineer_client, pair):
