@@ -21,8 +21,9 @@ How a call's inputs give its shape is the problem's own declaration (its DIMS an
 the export copies into the manifest's `problems` entry; with no manifest, inside autoweb, it is
 read from the problem registry.
 
-This file is copied verbatim into exported packages, so it imports nothing but the standard
-library and torch (lazily): never Django, never the rest of `kernels`.
+This file is copied into exported packages as their `__init__` (the wheel's docstring then
+imports from the package, e.g. `from autoweb_kernels import load`), so it imports nothing but
+the standard library and torch (lazily): never Django, never the rest of `kernels`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Directory layout (read by kernels.library.load(..., library_dir=DIR) or AUTOWEB_
 
     manifest.json             format; problems (dims, signature); releases (range, kind, ...)
     kernels/<problem>_<kind>_<id>.py   released sources, exactly as approved
-    references/<problem>.py   each problem's PyTorch reference: the fallback
+    references/<problem>.py   each problem's PyTorch reference, for every problem exported
+                              (with or without a release): the fallback
 
 The wheel holds the same files inside a package (default `autoweb_kernels`) whose __init__ is
 kernels/library.py itself, so `import autoweb_kernels; autoweb_kernels.load("softmax")` works
@@ -132,9 +133,18 @@ def files(releases: list[Release], extra_problems: Iterable[str] = ()) -> dict[s
     """Path -> text of a library directory holding `releases` (active ones only)."""
     releases = [r for r in releases if r.active]
     data = manifest(releases)
-    for p in extra_problems:  # a problem with no release still gets its reference fallback
-        if p not in data["problems"]:
+    # A problem with no release still gets its reference, so `load(p)` always works: the ones
+    # asked for, or with no filter every problem that loads (a user's problem that fails to
+    # load has no reference to carry; the problems page says why).
+    wanted = list(extra_problems)
+    for p in wanted or registry.names():
+        if p in data["problems"]:
+            continue
+        try:
             data["problems"][p] = problem_entry(p)
+        except ExportError:
+            if wanted:
+                raise
     out = {runtime.MANIFEST: json.dumps(data, indent=2) + "\n"}
     for rel, entry in zip(releases, data["releases"], strict=True):
         out[entry["file"]] = rel.source
@@ -152,6 +162,15 @@ def write_dir(releases: list[Release], out: Path, extra_problems: Iterable[str] 
     return out
 
 
+def package_init(package: str) -> str:
+    """kernels/library.py as the package's __init__, its docstring naming the package's import."""
+    text = Path(runtime.__file__).read_text()
+    usage = "from kernels.library import load"
+    if usage not in text:
+        raise ExportError(f"kernels/library.py no longer shows {usage!r}: update the export")
+    return text.replace(usage, f"from {package} import load", 1)
+
+
 def wheel_bytes(
     releases: list[Release],
     *,
@@ -165,7 +184,7 @@ def wheel_bytes(
     if not VERSION_RE.match(version):
         raise ExportError(f"{version!r} is not a version (e.g. 0.1.0)")
     contents = {f"{package}/{k}": v for k, v in files(releases, extra_problems).items()}
-    contents[f"{package}/__init__.py"] = Path(runtime.__file__).read_text()
+    contents[f"{package}/__init__.py"] = package_init(package)
     dist = f"{package}-{version}.dist-info"
     contents[f"{dist}/METADATA"] = (
         f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n"

@@ -291,6 +291,64 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
 
+@pytest.mark.parametrize("with_release", [False, True], ids=["no releases", "one release"])
+def test_every_problem_loads_from_the_wheel_in_a_fresh_environment(
+    with_release, search, reviewer, tmp_path
+):
+    """The export carries every problem's reference, so `load(p)` works for each problem from
+    the wheel alone, with no release at all and beside a release of another problem."""
+    if with_release:
+        Idea.objects.filter(pk=search.idea_id).update(target_kinds=["interpret"])
+        search.refresh_from_db()
+        trial = candidate(search, HONEST_SOFTMAX)
+        review = services.decide(
+            trial=trial, user=reviewer, action="approve", shape_range={"M": [1, 64], "N": [1, 4096]}
+        )
+        services.record_revalidation(
+            revalidation=review.revalidations.get(), report=reval_report(geomean_speedup_eager=1.2)
+        )
+    releases = export.select()
+    assert len(releases) == int(with_release)
+    name, data = export.wheel_bytes(releases)
+    wheel = tmp_path / name
+    wheel.write_bytes(data)
+    # Inputs and expected outputs made here, where the problems are importable.
+    cases = {}
+    for p in problems.all_problems():
+        shape = p.shapes("smoke")[0]
+        inputs = p.make_inputs(shape, p.dtype("interpret"), "cpu", seed=1)
+        cases[p.name] = {"inputs": inputs, "expected": p.reference(*inputs)}
+    torch.save(cases, tmp_path / "cases.pt")
+
+    py = fresh_venv(tmp_path)
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    script = """
+import importlib.util, torch
+assert importlib.util.find_spec("kernels") is None, "autoweb is importable"
+import autoweb_kernels
+assert "from autoweb_kernels import load" in autoweb_kernels.__doc__
+cases = torch.load("cases.pt")
+for name, case in cases.items():
+    k = autoweb_kernels.load(name)
+    got = k(*case["inputs"])
+    torch.testing.assert_close(got, case["expected"], atol=1e-4, rtol=1e-4)
+    print(name, k.route_of(*case["inputs"]))
+"""
+    env = {"PATH": os.environ["PATH"], "TRITON_INTERPRET": "1", "HOME": str(tmp_path)}
+    out = subprocess.run(
+        [str(py), "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    routes = dict(line.split() for line in out.stdout.split("\n") if line.strip())
+    assert set(routes) == set(cases) and len(cases) >= 8
+    released = {"softmax"} if with_release else set()
+    assert {p for p, r in routes.items() if r == "kernel"} == released, routes
+
+
 def test_released_speedups_give_the_best_active_release_per_kind_and_problem(release, search):
     from library import selectors
 
