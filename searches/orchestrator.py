@@ -26,7 +26,7 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.db import transaction
-from rq import Queue
+from rq import Queue, get_current_job
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
@@ -81,20 +81,60 @@ def lease_key(search_id: int) -> str:
     return f"autoweb:search-lease:{search_id}"
 
 
+def pending_key(search_id: int) -> str:
+    return f"autoweb:search-pending:{search_id}"
+
+
+# A marker outlives any wait in the queue; one naming a job that is gone is replaced at once.
+PENDING_S = 3600
+
+
+def enqueue_loop(conn: redis.Redis, search_id: int) -> bool:
+    """Put the search's loop job in the `search` queue unless one already waits there.
+
+    At most one pending job per search, so the queue holds at most one job per active search
+    whatever enqueues it (a slice handing over, the sweep, a start, a restart). The marker
+    names the waiting job; the job clears it when it starts (`run_search`). True if enqueued.
+    """
+    key = pending_key(search_id)
+    job_id = f"autoweb-search-{search_id}-{uuid.uuid4().hex[:12]}"
+    if not conn.set(key, job_id, nx=True, ex=PENDING_S):
+        held = conn.get(key)
+        if held is not None and _waiting(conn, held.decode()):
+            return False
+        conn.set(key, job_id, ex=PENDING_S)  # the job it named is gone (lost, or ran)
+    search_queue(conn).enqueue(
+        "searches.tasks.run_search",
+        search_id,
+        job_id=job_id,
+        job_timeout=-1,
+        result_ttl=600,
+        failure_ttl=86400,
+    )
+    return True
+
+
+def _waiting(conn: redis.Redis, job_id: str) -> bool:
+    """The job is in the `search` queue's list, waiting for an orchestrator."""
+    return conn.lpos(search_queue(conn).key, job_id) is not None
+
+
+def _started(conn: redis.Redis, search_id: int, job_id: str | None) -> None:
+    """The loop job `job_id` began: its search has no job waiting any more."""
+    key = pending_key(search_id)
+    if job_id is not None and conn.get(key) == job_id.encode():
+        conn.delete(key)
+
+
 def enqueue_search(search: Search) -> None:
     """Start (or restart) the loop for a search once the current transaction commits.
 
-    Enqueuing twice is harmless: a loop runs only while it holds the search's lease, which
-    expires LEASE_S after its holder dies, so a restarted loop takes over within seconds.
+    A loop runs only while it holds the search's lease, which expires LEASE_S after its holder
+    dies, so a restarted loop takes over within seconds; a loop already waiting in the queue is
+    not enqueued again (`enqueue_loop`).
     """
     sid = search.pk
-
-    def go() -> None:
-        search_queue().enqueue(
-            "searches.tasks.run_search", sid, job_timeout=-1, result_ttl=3600, failure_ttl=86400
-        )
-
-    transaction.on_commit(go)
+    transaction.on_commit(lambda: enqueue_loop(redis_conn(), sid))
 
 
 def recover() -> int:
@@ -563,28 +603,41 @@ SWEEP_S = 5
 
 
 def sweep(conn: redis.Redis) -> int:
-    """Re-enqueue active searches whose loop died (no lease). At most every SWEEP_S seconds
-    across all orchestrators; a duplicate loop job exits at once, so over-enqueuing is safe."""
+    """Re-enqueue active searches whose loop died (no lease, no loop job waiting). At most every
+    SWEEP_S seconds across all orchestrators."""
     if not conn.set("autoweb:sweep", "1", nx=True, ex=SWEEP_S):
         return 0
     n = 0
     for sid in Search.objects.filter(status__in=Search.ACTIVE).values_list("pk", flat=True):
-        if not conn.exists(lease_key(sid)):
-            search_queue(conn).enqueue(
-                "searches.tasks.run_search", sid, job_timeout=-1, result_ttl=600, failure_ttl=86400
-            )
+        if not conn.exists(lease_key(sid)) and enqueue_loop(conn, sid):
             n += 1
     return n
+
+
+def _turn_over(conn: redis.Redis, elapsed: float, slice_s: float) -> bool:
+    """The slice is over: its time is up, or another job waits for an orchestrator."""
+    if elapsed > slice_s:
+        return True
+    try:
+        return search_queue(conn).count > 0
+    except redis.RedisError:
+        return False
 
 
 def run_search(search_id: int, *, poll_s: float = POLL_S, slice_s: float | None = SLICE_S) -> str:
     """Drive one search for a time slice, then hand it back to the queue.
 
     Slices let a few orchestrator processes serve many searches round-robin; the lease makes
-    sure only one loop drives a search at a time.
+    sure only one loop drives a search at a time. A slice ends after `slice_s`, or after one
+    pass when other jobs wait in the `search` queue: each search then gets a pass in turn, in
+    the order they handed over (one job per search waits there at most: `enqueue_loop`).
     """
     loop = Loop(search_id)
-    if not loop.acquire(wait_s=0):
+    job = get_current_job()
+    held = loop.acquire(wait_s=0)
+    with contextlib.suppress(redis.RedisError):
+        _started(loop.conn, search_id, job.id if job is not None else None)
+    if not held:
         return "another loop holds this search"
     started = time.monotonic()
     active = True
@@ -615,7 +668,7 @@ def run_search(search_id: int, *, poll_s: float = POLL_S, slice_s: float | None 
                 continue
             if not active:
                 break
-            if slice_s is not None and time.monotonic() - started > slice_s:
+            if slice_s is not None and _turn_over(loop.conn, time.monotonic() - started, slice_s):
                 break
             time.sleep(poll_s)
     finally:
@@ -623,12 +676,6 @@ def run_search(search_id: int, *, poll_s: float = POLL_S, slice_s: float | None 
             loop.release()
     if active:
         with contextlib.suppress(redis.RedisError):
-            search_queue(loop.conn).enqueue(
-                "searches.tasks.run_search",
-                search_id,
-                job_timeout=-1,
-                result_ttl=600,
-                failure_ttl=86400,
-            )
+            enqueue_loop(loop.conn, search_id)
             sweep(loop.conn)
     return Search.objects.values_list("status", flat=True).get(pk=search_id)

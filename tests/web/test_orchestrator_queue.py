@@ -1,0 +1,114 @@
+"""The `search` queue stays bounded and every search gets its turn: at most one loop job waits
+per search (`orchestrator.enqueue_loop`), and a slice hands over after one pass while others
+wait. Real Redis, RQ and the orchestrator process (`manage.py orchestrator`)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from kernels.worker import fetch_job
+from searches import orchestrator, services
+from searches.models import Search
+from tests.conftest import test_redis_url
+from tests.web.processes import Processes
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def env(worker_id, tmp_path, settings):
+    db = 7 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
+    url = test_redis_url(db)
+    conn = redis.Redis.from_url(url)
+    try:
+        conn.ping()
+    except redis.RedisError:
+        pytest.skip(f"no Redis on {url}")
+    conn.flushdb()
+    settings.REDIS_URL = url
+    procs = Processes(url, tmp_path)
+    yield {"redis": conn, "url": url, "procs": procs}
+    procs.stop_all()
+    conn.flushdb()
+
+
+def _searches(n: int, kinds: list[str]) -> list[Search]:
+    user = get_user_model().objects.create_user("eng", password="pw")
+    services.grant_role(user=user, role="engineers")
+    out = []
+    for i in range(n):
+        idea = services.create_idea(
+            author=user,
+            title=f"search {i}",
+            description="",
+            problem="softmax",
+            target_kinds=[kinds[i % len(kinds)]],
+            proposer="tuner",
+            sketch_source="",
+            prohibitions="",
+            max_trials=5,
+            max_gpu_minutes=30,
+            max_wall_minutes=30,
+            max_tokens=None,
+        )
+        with transaction.atomic():
+            search = services.start_search(idea=idea, user=user)
+            orchestrator.enqueue_search(search)
+        out.append(search)
+    return out
+
+
+def _queued_searches(conn: redis.Redis) -> list[int]:
+    ids = [i.decode() for i in conn.lrange("rq:queue:search", 0, -1)]
+    return [fetch_job(i, conn).args[0] for i in ids]
+
+
+def test_a_search_waits_in_the_queue_once_whoever_enqueues_it(env):
+    (search,) = _searches(1, ["interpret"])
+    conn = env["redis"]
+    assert _queued_searches(conn) == [search.pk]
+    assert orchestrator.enqueue_loop(conn, search.pk) is False
+    assert orchestrator.sweep(conn) == 0  # no lease, but a loop job waits: nothing added
+    assert _queued_searches(conn) == [search.pk]
+    # The job it waited with is lost (the queue emptied by hand): the next enqueue replaces it.
+    conn.delete("rq:queue:search")
+    assert orchestrator.enqueue_loop(conn, search.pk) is True
+    assert _queued_searches(conn) == [search.pk]
+
+
+def test_twenty_searches_one_orchestrator_bounded_queue_and_every_search_gets_turns(env):
+    # No GPU worker runs: the h200 searches can never run a trial (stuck), the interpreter
+    # ones wait for a worker too; the orchestrator still has to serve all of them in turn.
+    searches = _searches(20, ["interpret", "interpret", "interpret", "h200"])
+    conn = env["redis"]
+    assert len(_queued_searches(conn)) == 20
+    env["procs"].start("manage.py", "orchestrator")
+    started = time.monotonic()
+    first_turn: dict[int, float] = {}
+    longest, seen_twice = 0, set()
+    while time.monotonic() - started < 40:
+        queued = _queued_searches(conn)
+        longest = max(longest, len(queued))
+        assert len(queued) == len(set(queued)), f"a search waits twice: {queued}"
+        for s in Search.objects.filter(pk__in=[x.pk for x in searches]).exclude(
+            status=Search.Status.QUEUED
+        ):
+            first_turn.setdefault(s.pk, time.monotonic() - started)
+        if len(first_turn) == 20:
+            # After everyone's first turn, each search keeps coming back to the queue.
+            seen_twice |= set(queued)
+            if len(seen_twice) == 20:
+                break
+        time.sleep(0.1)
+    assert len(first_turn) == 20, (
+        f"searches never served: {sorted(set(s.pk for s in searches) - set(first_turn))}\n"
+        + env["procs"].log_tails()
+    )
+    assert max(first_turn.values()) < 20, first_turn
+    assert longest <= 21, longest  # one job per search (+ one handing over)
+    assert len(seen_twice) == 20, f"searches with one turn only: {set(first_turn) - seen_twice}"
