@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -171,3 +172,80 @@ def test_up_refuses_a_count_below_one(flag):
     )
     assert r.returncode != 0
     assert "must be at least 1" in r.stderr
+
+
+@pytest.mark.slow
+def test_two_sigterms_to_the_process_group_still_stop_everything(tmp_path):
+    """A second SIGTERM while `up` is shutting down must not abort the shutdown: nothing it
+    started (Redis, web, orchestrator, worker, the worker's sandboxes) and no temporary
+    directory of its own is left."""
+    port = _free_port()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env.update(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'up.sqlite3'}", PYTHONUNBUFFERED="1", TMPDIR=str(tmp)
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "up", "--port", str(port), "--no-demo", "--workers", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if "autoweb is up" in proc.stdout.readline():
+                break
+        # The worker keeps warm sandboxes: wait until they are there too.
+        while time.monotonic() < deadline:
+            seen |= _descendants(proc.pid)
+            if any(" -I -c " in _cmd(p) for p in seen):  # a sandbox child (kernels.harness.sandbox)
+                break
+            time.sleep(0.5)
+        assert any("kernels.worker" in _cmd(p) for p in seen), [_cmd(p) for p in seen]
+        assert list(tmp.glob("autoweb-up-*")), "up made no temporary directory"
+        os.killpg(proc.pid, signal.SIGTERM)
+        time.sleep(0.3)  # shutting down by now: the second signal lands in the middle of it
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    time.sleep(1)
+    alive = [
+        (p, _cmd(p))
+        for p in seen
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
+    assert not alive, f"processes left running: {alive}"
+    assert not list(tmp.glob("autoweb-up-*")), "the temporary directory was left behind"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_restart_keeps_the_demo_password_and_starts_no_second_demo_search(
+    redis_url, settings, tmp_path, monkeypatch
+):
+    from django.contrib.auth import get_user_model
+
+    from searches.management.commands.up import DEMO_TITLE, DEMO_USER, Command
+    from searches.models import Search
+
+    monkeypatch.delenv("AUTOWEB_DEMO_PASSWORD", raising=False)
+    settings.VAR_DIR = tmp_path
+    first, again = Command(), Command()
+    password = first._demo_user()
+    stored = get_user_model().objects.get(username=DEMO_USER).password
+    first._demo_search("interpret")
+    assert again._demo_user() == password
+    # Not even re-hashed: a browser's session (which holds a hash of it) stays valid.
+    assert get_user_model().objects.get(username=DEMO_USER).password == stored
+    Search.objects.filter(idea__title=DEMO_TITLE).update(status=Search.Status.FINISHED)
+    again._demo_search("interpret")  # even once the first one finished
+    assert Search.objects.filter(idea__title=DEMO_TITLE).count() == 1
+    assert (tmp_path / "demo-password").stat().st_mode & 0o077 == 0

@@ -234,9 +234,22 @@ class Command(BaseCommand):
         from searches import services
 
         User = get_user_model()
-        password = os.environ.get("AUTOWEB_DEMO_PASSWORD") or secrets.token_urlsafe(9)
         user, _ = User.objects.get_or_create(username=DEMO_USER)
-        user.set_password(password)
+        # The same password across restarts (a browser stays logged in): AUTOWEB_DEMO_PASSWORD,
+        # else the one kept in var/ when it still opens this database's demo user.
+        kept = Path(settings.VAR_DIR) / "demo-password"
+        password = os.environ.get("AUTOWEB_DEMO_PASSWORD")
+        if not password and kept.is_file():
+            candidate = kept.read_text().strip()
+            if candidate and user.check_password(candidate):
+                password = candidate
+        if not password:
+            password = secrets.token_urlsafe(9)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.touch(mode=0o600)
+            kept.write_text(password + "\n")
+        if not user.check_password(password):
+            user.set_password(password)
         user.is_staff = True
         user.save()
         for role in ("engineers", "reviewers"):
@@ -254,7 +267,9 @@ class Command(BaseCommand):
         from searches.models import Idea, Search
 
         user = get_user_model().objects.get(username=DEMO_USER)
-        if Search.objects.filter(idea__title=DEMO_TITLE, status__in=Search.ACTIVE).exists():
+        # One demo search per GPU kind, ever: a restart resumes it (or leaves it finished).
+        demos = Search.objects.filter(idea__title=DEMO_TITLE).select_related("idea")
+        if any(kind in (s.idea.target_kinds or []) for s in demos):
             return
         with transaction.atomic():
             idea = Idea.objects.filter(title=DEMO_TITLE, target_kinds=[kind]).first()
@@ -280,6 +295,16 @@ class Command(BaseCommand):
     # -- stop -----------------------------------------------------------------------------------
 
     def _down(self) -> None:
+        # Finish whatever signals arrive meanwhile: a second SIGTERM or Ctrl-C must not leave
+        # half the processes running.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+        # Every process below ours, taken before anything stops: a worker's sandboxes run in
+        # sessions of their own and would outlive a worker that dies first.
+        below: list[psutil.Process] = []
+        for _, p in self.procs:
+            with contextlib.suppress(psutil.Error):
+                below += psutil.Process(p.pid).children(recursive=True)
         # In reverse start order, each waited for: Redis goes last, after its clients.
         for _, p in reversed(self.procs):
             with contextlib.suppress(ProcessLookupError):
@@ -292,6 +317,9 @@ class Command(BaseCommand):
                 p.wait(timeout=5)
         # Anything a child left behind in its session (sandboxes are their own sessions and
         # die with their parent's kill; this is the belt and braces).
+        for proc in below:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
         for _, p in self.procs:
             with contextlib.suppress(psutil.Error):
                 psutil.Process(p.pid).kill()
