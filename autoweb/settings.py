@@ -232,3 +232,11 @@ for _dir in AUTOWEB_PROBLEM_DIRS:
     if not Path(_dir).expanduser().is_dir():
         raise ImproperlyConfigured(f"AUTOWEB_PROBLEM_DIRS names {_dir!r}, which is not a directory")
 AUTOWEB_SANDBOX_TIMEOUT_S = envint("AUTOWEB_SANDBOX_TIMEOUT_S", 300, minimum=1)
+
+# Django's own logging, plus: a 403 logs one line with its reason, not a traceback.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"forbidden_one_line": {"()": "autoweb.logs.ForbiddenOneLine"}},
+    "loggers": {"django.request": {"filters": ["forbidden_one_line"]}},
+}

@@ -3,6 +3,7 @@ resolver (tests/web/routes.py): a page added later is covered without being list
 
 from __future__ import annotations
 
+import logging
 import re
 from html.parser import HTMLParser
 from typing import Any
@@ -181,3 +182,15 @@ def test_every_form_carries_the_token_and_htmx_sends_it_from_every_page(
         token = re.fullmatch(r'\{"X-CSRFToken": "(\w+)"\}', parsed.body_headers or "")
         assert token, (route, parsed.body_headers)
     assert pages >= 12 and forms >= 5, (pages, forms)
+
+
+@pytest.mark.django_db
+def test_a_403_logs_one_line_with_the_reason_not_a_traceback(outsider_client, caplog):
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        response = outsider_client.get("/releases/")
+    assert response.status_code == 403
+    (record,) = [r for r in caplog.records if r.name == "django.request"]
+    assert record.exc_info is None and record.exc_text is None
+    line = record.getMessage()
+    assert line.startswith("Forbidden (Permission denied): /releases/") and "\n" not in line
+    assert "engineer" in line.lower(), line  # the reason the view gave
