@@ -118,13 +118,17 @@ class Child:
         *,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
         file_bytes: int = DEFAULT_FILE_BYTES,
+        per_file_bytes: int | None = None,
         wrapper: list[str] | None = None,
         keep_dir: bool = False,
     ) -> None:
+        """`file_bytes` caps the child's directory, all files together (polled);
+        `per_file_bytes` (default: the same) caps each file (RLIMIT_FSIZE, exact)."""
         self.keep_dir = keep_dir
         self.device = device
         self.memory_bytes = memory_bytes
         self.file_bytes = file_bytes
+        self.per_file_bytes = per_file_bytes or file_bytes
         self.dir = Path(tempfile.mkdtemp(prefix="autoweb-sbx-", dir=_scratch_root()))
         for sub in ("home", "tmp", "triton", "inductor", "out"):
             (self.dir / sub).mkdir()
@@ -141,7 +145,7 @@ class Child:
             "OMP_NUM_THREADS": "1",
             "AUTOWEB_DEVICE": "cuda" if device == "cuda" else "cpu",
             "AUTOWEB_WIRE_FD": str(w),
-            "AUTOWEB_LIMIT_FSIZE": str(file_bytes),
+            "AUTOWEB_LIMIT_FSIZE": str(self.per_file_bytes),
             "AUTOWEB_LIMIT_NOFILE": "4096",
         }
         if device == "cuda":

@@ -46,8 +46,17 @@ TIMEOUT_S = 60.0
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[Pool]:
-    """One warm child at a time, as `python -m kernels.worker` keeps; small file cap."""
-    p = Pool("interpret", size=1, file_bytes=FILE_CAP, memory_bytes=3 << 30)
+    """One warm child at a time, as `python -m kernels.worker` keeps; small file caps. Each file
+    is capped at half the directory's cap, so one growing file meets RLIMIT_FSIZE first
+    whatever else the directory holds and however late the directory is polled (a loaded
+    machine); many small files meet the directory cap."""
+    p = Pool(
+        "interpret",
+        size=1,
+        file_bytes=FILE_CAP,
+        per_file_bytes=FILE_CAP // 2,
+        memory_bytes=3 << 30,
+    )
     try:
         yield p
     finally:
