@@ -318,6 +318,17 @@ def grant_role(*, user: Any, role: str) -> None:
     user.__dict__.pop("_autoweb_groups", None)
 
 
+def revoke_role(*, user: Any, role: str) -> None:
+    if role not in roles.ROLES:
+        raise DomainError(
+            {"role": [f"Unknown role {role!r}; use one of {', '.join(roles.ROLES)}."]}
+        )
+    group = Group.objects.filter(name=role).first()
+    if group is not None:
+        user.groups.remove(group)
+    user.__dict__.pop("_autoweb_groups", None)
+
+
 # -- search lifecycle -------------------------------------------------------------------------
 
 

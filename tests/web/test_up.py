@@ -249,3 +249,45 @@ def test_a_restart_keeps_the_demo_password_and_starts_no_second_demo_search(
     again._demo_search("interpret")  # even once the first one finished
     assert Search.objects.filter(idea__title=DEMO_TITLE).count() == 1
     assert (tmp_path / "demo-password").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_user_can_give_roles_in_the_admin(redis_url, settings, tmp_path, monkeypatch):
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.test import Client
+
+    from searches.management.commands.up import DEMO_USER, Command
+
+    monkeypatch.setenv("AUTOWEB_DEMO_PASSWORD", "demo-pw")
+    settings.VAR_DIR = tmp_path
+    Command()._demo_user()
+    User = get_user_model()
+    alice = User.objects.create_user("alice", password="pw")
+    engineers = Group.objects.get(name="engineers")
+    client = Client()
+    assert client.login(username=DEMO_USER, password="demo-pw")
+    page = client.get(f"/admin/auth/user/{alice.pk}/change/")
+    assert page.status_code == 200 and 'name="groups"' in page.content.decode()
+    # Not a superuser: it cannot make one.
+    assert not User.objects.get(username=DEMO_USER).is_superuser
+    assert client.get("/admin/auth/group/add/").status_code == 403
+    assert User.objects.get(username=DEMO_USER).has_perm("auth.change_user")
+    assert f'value="{engineers.pk}"' in page.content.decode()  # the roles to pick from
+
+
+@pytest.mark.django_db
+def test_grant_role_gives_and_takes_a_role_and_refuses_bad_input():
+    from django.contrib.auth import get_user_model
+    from django.core.management import CommandError, call_command
+
+    bob = get_user_model().objects.create_user("bob", password="pw")
+    call_command("grant_role", "bob", "reviewers")
+    assert list(bob.groups.values_list("name", flat=True)) == ["reviewers"]
+    call_command("grant_role", "bob", "reviewers", "--revoke")
+    assert not bob.groups.exists()
+    with pytest.raises(CommandError, match="no user 'nobody'"):
+        call_command("grant_role", "nobody", "reviewers")
+    with pytest.raises(CommandError, match="unknown role 'admins'"):
+        call_command("grant_role", "bob", "admins")
+    assert not bob.groups.exists()

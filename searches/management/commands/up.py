@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
@@ -254,6 +255,14 @@ class Command(BaseCommand):
         user.save()
         for role in ("engineers", "reviewers"):
             services.grant_role(user=user, role=role)
+        # The admin is where roles are given: the demo user may view users and groups and
+        # change a user's groups there (no more: it is not a superuser).
+        user.user_permissions.add(
+            *Permission.objects.filter(
+                content_type__app_label="auth",
+                codename__in=("view_user", "change_user", "view_group"),
+            )
+        )
         return password
 
     def _kind(self, device: str) -> str:
