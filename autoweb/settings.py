@@ -212,8 +212,11 @@ AUTOWEB_LLM_MODELS = envlist("AUTOWEB_LLM_MODELS", [])
 # Seconds: waiting for one streamed chunk (or the connection); one whole reply.
 AUTOWEB_LLM_TIMEOUT_S = envint("AUTOWEB_LLM_TIMEOUT_S", 120, minimum=1)
 AUTOWEB_LLM_MAX_REPLY_S = envint("AUTOWEB_LLM_MAX_REPLY_S", 900, minimum=1)
-# Rate limits, 5xx, timeouts: this many attempts per proposal, backing off from this many ms.
-AUTOWEB_LLM_ATTEMPTS = envint("AUTOWEB_LLM_ATTEMPTS", 5, minimum=1)
+# How long a proposal keeps retrying an endpoint that rate-limits, errs (5xx) or times out,
+# an optional cap on the attempts within it (0: none), and the first backoff (it doubles, up to
+# a minute; a Retry-After header wins).
+AUTOWEB_LLM_RETRY_S = envint("AUTOWEB_LLM_RETRY_S", 600, minimum=0)
+AUTOWEB_LLM_ATTEMPTS = envint("AUTOWEB_LLM_ATTEMPTS", 0, minimum=0)
 AUTOWEB_LLM_BACKOFF_MS = envint("AUTOWEB_LLM_BACKOFF_MS", 2000, minimum=0)
 # Tokens: the assembled prompt's budget; the reply's cap.
 AUTOWEB_LLM_PROMPT_TOKENS = envint("AUTOWEB_LLM_PROMPT_TOKENS", 24_000, minimum=2_000)

@@ -6,7 +6,18 @@ blame, so a view can attach each message to its form field with `form.add_error(
 
 from __future__ import annotations
 
+import re
+
 from django.core.exceptions import ValidationError
+
+_KEYLIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_\-*]{6,}", re.I)
+
+
+def redact(message: str, key: str = "") -> str:
+    """`message` with `key`, and anything shaped like an API key, replaced by ***."""
+    if key:
+        message = message.replace(key, "***")
+    return _KEYLIKE.sub(lambda m: m.group(1) + "-***", message)
 
 
 class DomainError(ValidationError):

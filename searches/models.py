@@ -161,8 +161,9 @@ class Search(models.Model):
         Status.RUNNING: frozenset({Status.PAUSED, Status.STOPPING, Status.FAILED}),
         Status.PAUSED: frozenset({Status.RUNNING, Status.STOPPING, Status.FAILED}),
         Status.STOPPING: frozenset({Status.FINISHED, Status.FAILED}),
-        Status.FINISHED: frozenset(),
-        Status.FAILED: frozenset(),
+        # An ended search can be resumed from its history (incumbent, trials, notes).
+        Status.FINISHED: frozenset({Status.QUEUED}),
+        Status.FAILED: frozenset({Status.QUEUED}),
     }
 
     idea = models.ForeignKey(Idea, on_delete=models.PROTECT, related_name="searches")
@@ -251,8 +252,19 @@ class Search(models.Model):
         self._move(self.Status.PAUSED)
 
     def resume(self) -> None:
+        """Paused -> running; finished or failed -> queued again, from where it stopped: the
+        trials, incumbent, notes and what they spent stay (the trial, GPU and token budgets
+        count them), the wall-clock budget starts again, the next orchestrator pass picks it up."""
+        if self.status in (self.Status.FINISHED, self.Status.FAILED):
+            self._move(self.Status.QUEUED)
+            self.stop_reason = ""
+            self.finished_at = None
+            self.started_at = None  # the wall-clock budget counts from the resumed start
+            return
         if self.status != self.Status.PAUSED:
-            raise IllegalTransition(f"search {self.pk} is {self.status}: only a paused one resumes")
+            raise IllegalTransition(
+                f"search {self.pk} is {self.status}: only a paused or ended one resumes"
+            )
         self._move(self.Status.RUNNING)
 
     def request_stop(self, reason: str) -> None:

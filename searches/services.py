@@ -28,6 +28,7 @@ They return fresh rows: the instance passed in may be stale afterwards.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import random
 import re
@@ -47,7 +48,7 @@ from kernels.harness.static import MAX_SOURCE_BYTES, check_source
 from kernels.knobs import KnobError, parse_knobs
 from searches import crypto, roles
 from searches.agent import endpoints
-from searches.errors import DomainError, DuplicateCandidate, InvalidReport, UnknownWorker
+from searches.errors import DomainError, DuplicateCandidate, InvalidReport, UnknownWorker, redact
 from searches.models import (
     DEFAULT_PLATEAU_PATIENCE,
     FAILURES,
@@ -63,6 +64,8 @@ from searches.models import (
     Trial,
     Worker,
 )
+
+log = logging.getLogger(__name__)
 
 KIND_RE = re.compile(r"^[a-z0-9-]+$")
 # gpt-4o, qwen2.5-coder:32b, meta-llama/Llama-3.1-70B-Instruct, claude-3-5-sonnet@20241022
@@ -430,7 +433,7 @@ def resume_search(*, search: Search, user: Any) -> Search:
     _require_engineer(user, "resume searches")
     locked = _lock_search(search)
     locked.resume()
-    locked.save(update_fields=["status"])
+    locked.save(update_fields=["status", "stop_reason", "finished_at", "started_at"])
     return locked
 
 
@@ -474,6 +477,8 @@ def fail_search(*, search: Search, reason: str, now: datetime | None = None) -> 
         return locked
     locked.fail(now or timezone.now(), reason)
     locked.save(update_fields=["status", "stop_reason", "finished_at"])
+    # Every search-ending error reaches the log, never a key (the reason may quote a server).
+    log.error("search %s failed: %s", locked.pk, redact(reason))
     return locked
 
 

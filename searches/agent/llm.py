@@ -14,7 +14,6 @@ to that address (searches/agent/netguard.py).
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -23,11 +22,11 @@ from dataclasses import dataclass
 import openai
 
 from searches.agent import netguard
+from searches.errors import redact
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 60.0
-_KEYLIKE = re.compile(r"\b(sk|key|token)-[A-Za-z0-9_\-*]{6,}", re.I)
 
 
 class LLMError(Exception):
@@ -65,7 +64,8 @@ class Endpoint:
 class Limits:
     timeout_s: float = 120.0  # connecting, or waiting for the next streamed chunk
     max_reply_s: float = 900.0  # one whole reply
-    attempts: int = 5
+    retry_s: float = 600.0  # keep retrying for this long (a rate limit, 5xx, timeouts)
+    attempts: int | None = None  # and at most this many attempts (None: no count cap)
     backoff_s: float = 2.0
     max_tokens: int = 8000
 
@@ -77,12 +77,6 @@ class Completion:
     tokens_out: int
     attempts: int
     usage_reported: bool  # False: the server sent no usage, the counts are estimates
-
-
-def redact(message: str, key: str = "") -> str:
-    if key:
-        message = message.replace(key, "***")
-    return _KEYLIKE.sub(lambda m: m.group(1) + "-***", message)
 
 
 def _status_message(e: openai.APIStatusError) -> str:
@@ -139,13 +133,20 @@ def complete(
     on_retry: Callable[[int, str, float], None] = lambda attempt, why, wait: None,
     cancelled: threading.Event | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Completion:
     """Stream one reply; `on_delta` gets the text as it arrives (also of attempts later retried).
 
+    Rate limits, 5xx and timeouts are retried with backoff for `limits.retry_s` (and at most
+    `limits.attempts` times, if set); then `LLMUnavailable` names every distinct cause seen.
+
     `cancelled` (set from another thread) aborts between chunks with `LeaseLost`.
     """
-    last = ""
-    for attempt in range(1, limits.attempts + 1):
+    causes: list[str] = []  # distinct, in the order first seen
+    started = clock()
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             client = _client(endpoint, limits)
             return _stream(client, endpoint, messages, limits, on_delta, cancelled, attempt)
@@ -165,19 +166,22 @@ def complete(
             why, wait = f"connection failed: {redact(str(e), endpoint.api_key)}"[:300], None
         except _ReplyTooSlow as e:
             why, wait = str(e), None
-        last = why
-        if attempt == limits.attempts:
-            break
+        if why not in causes:
+            causes.append(why)
         if wait is None:
             wait = limits.backoff_s * 2 ** (attempt - 1)
         wait = min(wait, MAX_BACKOFF_S)
+        spent = clock() - started
+        if attempt == limits.attempts or spent + wait > limits.retry_s:
+            break
         log.warning(
             "LLM %s attempt %d failed (%s); retrying in %.1f s", endpoint.model, attempt, why, wait
         )
         on_retry(attempt, why, wait)
         sleep(wait)
     raise LLMUnavailable(
-        f"the LLM endpoint gave no reply after {limits.attempts} attempts (last: {last})"
+        f"the LLM endpoint gave no reply after {attempt} attempts in {spent:.0f} s "
+        f"(retry window {limits.retry_s:g} s; causes: {'; '.join(causes)})"[:1000]
     )
 
 

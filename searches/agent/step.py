@@ -50,7 +50,8 @@ def limits(max_tokens: int) -> llm.Limits:
     return llm.Limits(
         timeout_s=settings.AUTOWEB_LLM_TIMEOUT_S,
         max_reply_s=settings.AUTOWEB_LLM_MAX_REPLY_S,
-        attempts=settings.AUTOWEB_LLM_ATTEMPTS,
+        retry_s=settings.AUTOWEB_LLM_RETRY_S,
+        attempts=settings.AUTOWEB_LLM_ATTEMPTS or None,
         backoff_s=settings.AUTOWEB_LLM_BACKOFF_MS / 1000,
         max_tokens=max_tokens,
     )

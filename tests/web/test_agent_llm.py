@@ -70,9 +70,54 @@ def test_rate_limits_and_server_errors_are_retried_with_backoff(server):
 
 def test_after_the_last_attempt_the_endpoint_is_unavailable(server):
     server.script.add(Step(status=503, message="overloaded"))
-    with pytest.raises(llm.LLMUnavailable, match=r"after 3 attempts \(last: 503: overloaded"):
+    with pytest.raises(llm.LLMUnavailable, match=r"after 3 attempts .*causes: 503: overloaded"):
         _call(server)
     assert len(server.requests) == 3
+
+
+def test_an_outage_shorter_than_the_retry_window_is_survived(server):
+    """Five failures over about a minute (five attempts used to end the search) are survived
+    with a two-minute window: the sixth attempt gets the reply."""
+    server.script.add(*[Step(status=503, message="down")] * 5, Step(reply="back"))
+    limits = llm.Limits(timeout_s=5, retry_s=120, backoff_s=2.0, max_tokens=100)
+    t = [0.0]
+    waits: list[float] = []
+
+    def sleep(s: float) -> None:
+        waits.append(s)
+        t[0] += s
+
+    done = llm.complete(
+        llm.Endpoint(model="model-a", base_url=server.base_url, api_key=KEY),
+        MESSAGES,
+        limits=limits,
+        sleep=sleep,
+        clock=lambda: t[0],
+    )
+    assert done.text == "back" and done.attempts == 6
+    assert waits == [2.0, 4.0, 8.0, 16.0, 32.0]
+
+
+def test_the_window_ends_the_retries_and_the_error_names_every_cause(server):
+    server.script.add(
+        Step(status=503, message="overloaded"),
+        Step(status=429, message="slow down"),
+        Step(status=503, message="overloaded"),
+        Step(status=500, message="boom"),
+    )
+    limits = llm.Limits(timeout_s=5, retry_s=20, backoff_s=1.0, max_tokens=100)
+    t = [0.0]
+    with pytest.raises(llm.LLMUnavailable) as caught:
+        llm.complete(
+            llm.Endpoint(model="model-a", base_url=server.base_url, api_key=KEY),
+            MESSAGES,
+            limits=limits,
+            sleep=lambda s: t.__setitem__(0, t[0] + s),
+            clock=lambda: t[0],
+        )
+    text = str(caught.value)
+    assert "causes: 503: overloaded; 429: slow down; 500: boom" in text
+    assert "retry window 20 s" in text and KEY not in text
 
 
 @pytest.mark.parametrize(

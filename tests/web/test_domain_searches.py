@@ -28,6 +28,8 @@ LEGAL = {
     (S.PAUSED, S.FAILED),
     (S.STOPPING, S.FINISHED),
     (S.STOPPING, S.FAILED),
+    (S.FINISHED, S.QUEUED),  # resumed from its history
+    (S.FAILED, S.QUEUED),
 }
 ALL_PAIRS = [(a, b) for a in S for b in S]
 
@@ -52,7 +54,7 @@ def test_the_lifecycle_allows_exactly_its_transitions(before, after):
         (S.FINISHED, "start"),
         (S.FINISHED, "pause"),
         (S.FINISHED, "fail"),
-        (S.FAILED, "resume"),
+        (S.FAILED, "start"),  # it resumes through queued, not straight to running
         (S.FAILED, "finish"),
     ],
 )
@@ -186,9 +188,38 @@ def test_only_engineers_control_a_search(search, outsider, action):
 
 
 def test_resuming_a_running_search_is_refused_with_the_reason(search, engineer):
-    with pytest.raises(IllegalTransition, match="is running: only a paused one resumes"):
+    with pytest.raises(IllegalTransition, match="is running: only a paused or ended one resumes"):
         services.resume_search(search=search, user=engineer)
     assert Search.objects.get().status == S.RUNNING
+
+
+@pytest.mark.parametrize("end", ["fail", "finish"])
+def test_an_ended_search_resumes_from_its_history(search, engineer, end):
+    from tests.web.domain import propose
+
+    trial = propose(search, 1)
+    if end == "fail":
+        services.fail_search(search=search, reason="the LLM endpoint gave no reply")
+    else:
+        services.finish_search(search=search, reason=StopReason.USER)
+    resumed = services.resume_search(search=search, user=engineer)
+    stored = Search.objects.get()
+    assert (stored.status, stored.stop_reason, stored.finished_at) == (S.QUEUED, "", None)
+    assert resumed.status == S.QUEUED
+    assert list(stored.trials.values_list("pk", flat=True)) == [trial.pk]  # its history stays
+    services.begin_search(search=stored)
+    assert Search.objects.get().status == S.RUNNING
+
+
+def test_a_search_ending_error_is_logged_without_the_key(search, caplog):
+    with caplog.at_level("ERROR", logger="searches.services"):
+        services.fail_search(
+            search=search, reason="refused the API key sk-live-0123456789abcdef (401)"
+        )
+    (record,) = [r for r in caplog.records if r.name == "searches.services"]
+    text = record.getMessage()
+    assert f"search {search.pk} failed" in text and "(401)" in text
+    assert "0123456789abcdef" not in text and "sk-***" in text
 
 
 def test_pausing_a_finished_search_is_refused(search, engineer):

@@ -139,13 +139,13 @@ def test_a_control_the_lifecycle_refuses_says_why(engineer_client, search):
     response = engineer_client.post(
         reverse("searches:search_resume", args=[search.pk]), follow=True
     )
-    assert "only a paused one resumes" in response.content.decode()
+    assert "only a paused or ended one resumes" in response.content.decode()
     search.refresh_from_db()
     assert search.status == Search.Status.RUNNING
     response = engineer_client.post(
         reverse("searches:search_resume", args=[search.pk]), headers={"HX-Request": "true"}
     )
-    assert "only a paused one resumes" in response.content.decode()
+    assert "only a paused or ended one resumes" in response.content.decode()
 
 
 def test_a_stopped_search_offers_no_controls(engineer_client, search, engineer):
