@@ -38,6 +38,7 @@ from kernels.harness.sandbox import Pool, adopt_escaped_processes
 HEARTBEAT_S = 5
 WORKER_TTL_S = 30
 WORKERS_KEY = "autoweb:workers"
+KINDS_SEEN_KEY = "autoweb:kinds-last-seen"
 RECONNECT_S = 1.0
 EVENTS_MAXLEN = 10_000
 
@@ -328,7 +329,15 @@ def register(conn: redis.Redis, name: str, info: dict) -> None:
     pipe = conn.pipeline()
     pipe.set(worker_key(name), json.dumps(payload, default=str), ex=WORKER_TTL_S)
     pipe.sadd(WORKERS_KEY, name)
+    if info.get("kind"):  # when a worker of this kind was last heard (pages: "none since ...")
+        pipe.hset(KINDS_SEEN_KEY, str(info["kind"]), payload["heartbeat"])
     pipe.execute()
+
+
+def kind_last_seen(conn: redis.Redis, kind: str) -> float | None:
+    """The last heartbeat (epoch seconds) of any worker of `kind`; None if never."""
+    raw = conn.hget(KINDS_SEEN_KEY, kind)
+    return float(raw) if raw is not None else None
 
 
 def online_workers(conn: redis.Redis) -> list[dict]:

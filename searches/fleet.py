@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
 from django.conf import settings
 from django.utils import timezone
 
-from kernels.worker import online_workers, queue_name, rq_queue
+from kernels.worker import kind_last_seen, online_workers, queue_name, rq_queue
 from searches.models import Worker
 
 # A page waits at most this long for Redis before saying it is unreachable.
@@ -164,3 +165,22 @@ def _where(url: str) -> str:
     """host:port/db of a Redis URL, without any password it may carry."""
     rest = url.split("://", 1)[-1]
     return rest.rsplit("@", 1)[-1]
+
+
+def waiting_for(kind: str) -> str | None:
+    """Why work for `kind` is not running, when no worker of that kind is online: "waiting for
+    an h200 worker (none online since ...)"; None when one is online."""
+    conn = connect()
+    try:
+        if any(w.get("kind") == kind for w in online_workers(conn)):
+            return None
+        seen = kind_last_seen(conn, kind)
+    except (redis.RedisError, OSError):
+        return f"waiting for a {kind} worker (Redis is unreachable: which are online is unknown)"
+    finally:
+        conn.close()
+    article = "an" if kind[:1].lower() in "aeiou" or kind.lower().startswith("h") else "a"
+    if seen is None:
+        return f"waiting for {article} {kind} worker (none has been online)"
+    when = timezone.localtime(datetime.fromtimestamp(seen, tz=UTC))
+    return f"waiting for {article} {kind} worker (none online since {when:%Y-%m-%d %H:%M %Z})"

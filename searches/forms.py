@@ -153,7 +153,15 @@ class IdeaForm(forms.Form):
         groups = [("Your problems", users), ("Failed to load", broken)]
         groups = [(label, choices) for label, choices in groups if choices]
         self.fields["problem"].choices = [("Built-in", builtin), *groups] if groups else builtin
-        self.fields["target_kinds"].choices = kind_choices(online_kinds)
+        online = sorted(set(online_kinds))
+        self.fields["target_kinds"].choices = kind_choices(online)
+        self.fields["target_kinds"].help_text = (
+            f"Workers online now: {', '.join(online)}. " if online else "No worker is online now. "
+        ) + "A search for a kind with no worker online waits until one starts, and says so."
+        # The form's script asks before submitting for a kind with no worker online.
+        self.fields["target_kinds"].widget.attrs["data-online"] = " ".join(online)
+        if not self.is_bound and len(online) == 1:
+            self.initial.setdefault("target_kinds", online)  # the only kind that can run now
         self.fields["proposer"].choices = proposer_choices(models)
         self.fields["context_packs"].choices = [(name, name) for name in packs]
 

@@ -21,10 +21,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from searches import fleet as fleet_module
 from searches import live, rendering, roles, selectors, services
 from searches.errors import DomainError
 from searches.fleet import fleet, measured_ceilings
 from searches.forms import IdeaForm
+from searches.models import Trial
 from searches.orchestrator import enqueue_search
 from searches.reports import report_view
 
@@ -283,5 +285,14 @@ def trial_detail(request: HttpRequest, pk: int, index: int) -> HttpResponse:
             "source_html": rendering.python(trial.source),
             "diff_html": diff_html,
             "report": report_view(trial.report),
+            "waiting": _waiting(trial),
         },
     )
+
+
+def _waiting(trial: Any) -> str | None:
+    """For a trial not yet picked up by a worker: why, when no worker of its kind is online."""
+    if trial.status not in (Trial.Status.PROPOSED, Trial.Status.QUEUED):
+        return None
+    kinds = trial.search.idea.target_kinds or ["interpret"]
+    return fleet_module.waiting_for(kinds[0])

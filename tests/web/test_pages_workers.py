@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
 
@@ -94,3 +95,37 @@ def test_with_redis_unreachable_the_pages_say_so_instead_of_failing(
             assert "is unreachable" in html, name
             assert dead_redis.split("//")[1] in html, name
     assert time.monotonic() - started < 10
+
+
+def test_a_trial_waiting_for_a_kind_with_no_worker_online_says_so(
+    engineer_client, search, redis_url
+):
+    from tests.web.domain import propose
+
+    trial = propose(search, 1)
+    kind = search.idea.target_kinds[0]
+    url = reverse("searches:trial", args=[search.pk, trial.index])
+    html = engineer_client.get(url).content.decode()
+    assert f"waiting for an {kind} worker (none has been online)" in html
+    register(redis_url, "gpuhost:gpu0", {**H200_INFO, "kind": kind, "queue": f"gpu.{kind}"})
+    assert 'id="waiting"' not in engineer_client.get(url).content.decode()
+    redis_url.delete("autoweb:worker:gpuhost:gpu0")  # its heartbeat expired
+    html = engineer_client.get(url).content.decode()
+    assert f"waiting for an {kind} worker (none online since " in html
+
+
+def test_the_idea_form_says_which_kinds_are_online_and_preselects_the_only_one(
+    engineer_client, redis_url
+):
+    url = reverse("searches:idea_new")
+    html = engineer_client.get(url).content.decode()
+    assert "No worker is online now." in html
+    assert "checked" not in html.split('name="target_kinds"')[1]
+    register(redis_url, "cpu:0", {**H200_INFO, "kind": "interpret", "queue": "gpu.interpret"})
+    html = engineer_client.get(url).content.decode()
+    assert "Workers online now: interpret." in html
+    box = re.search(r'<input[^>]*name="target_kinds"[^>]*value="interpret"[^>]*>', html).group(0)
+    assert "checked" in box and 'data-online="interpret"' in box
+    h200 = re.search(r'<input[^>]*name="target_kinds"[^>]*value="h200"[^>]*>', html).group(0)
+    assert "checked" not in h200
+    assert "js/idea_form.js" in html  # asks before submitting for an offline kind
