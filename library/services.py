@@ -28,6 +28,7 @@ from kernels.worker import fetch_job, queue_name, rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
 from searches import roles
+from searches.agent.notes import add_note
 from searches.errors import DomainError
 from searches.models import Idea, Trial
 from searches.services import source_sha256, storable_json  # one JSON cleaner for both apps
@@ -198,12 +199,8 @@ def decide(
 
 
 def _tell_agent(review: Review, trial: Trial) -> None:
-    """Hand a veto reason or note to the agent's prompt (issue 4's SearchNote hook) when that
-    app is installed; `selectors.review_notes_for_search` serves the same notes either way."""
-    try:
-        from searches.agent.notes import add_note
-    except ImportError:
-        return
+    """Hand a veto reason or note to the agent's prompt (a SearchNote, searches.agent.notes);
+    `selectors.review_notes_for_search` serves the same notes."""
     add_note(
         search=trial.search,
         trial=trial,

@@ -9,6 +9,7 @@ from django.db import close_old_connections
 from rq import SimpleWorker
 
 from kernels.worker import SERIALIZER, SafeJob
+from searches import hooks
 from searches.orchestrator import SWEEP_S, recover, redis_conn, search_queue, sweep
 
 
@@ -22,9 +23,8 @@ class Command(BaseCommand):
         conn = redis_conn()
         n = recover()
         self.stdout.write(f"orchestrator: resuming {n} active search(es)", ending="\n")
-        from library.watch import recover as recover_reviews  # approvals still re-validating
-
-        recover_reviews()
+        for what, count in hooks.recover_all().items():  # other apps' (their AppConfig.ready)
+            self.stdout.write(f"orchestrator: resuming {count} {what}", ending="\n")
         self.stdout.flush()
         stop = threading.Event()
         threading.Thread(target=_sweeper, args=(stop,), daemon=True).start()
