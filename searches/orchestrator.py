@@ -21,6 +21,7 @@ import json
 import logging
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -36,7 +37,7 @@ from kernels.engine.proposers import KnobProposer
 from kernels.knobs import KnobError
 from kernels.worker import WORKER_TTL_S, events_key, fetch_job, online_workers, queue_name, rq_queue
 from searches import live, selectors, services
-from searches.errors import DuplicateCandidate
+from searches.errors import DomainError, DuplicateCandidate
 from searches.models import Search, StopReason, Trial
 
 log = logging.getLogger(__name__)
@@ -611,6 +612,33 @@ def sweep(conn: redis.Redis) -> int:
     for sid in Search.objects.filter(status__in=Search.ACTIVE).values_list("pk", flat=True):
         if not conn.exists(lease_key(sid)) and enqueue_loop(conn, sid):
             n += 1
+    mirror_workers(conn)
+    return n
+
+
+def mirror_workers(conn: redis.Redis) -> int:
+    """Copy the live workers' heartbeats (Redis: the liveness that counts) into the Worker
+    table: what each one measured (ceilings), its versions, its job in flight and its last
+    beat, for the pages, the roofline floors and the agent's prompt. Returns how many."""
+    n = 0
+    for w in online_workers(conn):
+        kind = str(w.get("kind") or "")
+        try:
+            beat = datetime.fromtimestamp(float(w.get("heartbeat") or time.time()), tz=UTC)
+            services.upsert_worker(
+                name=str(w.get("name") or ""),
+                kind=kind,
+                device_name=str(w.get("device_name") or ""),
+                ceilings=w.get("ceilings") or None,
+                versions=w.get("versions") or {},
+                queue=str(w.get("queue") or f"gpu.{kind}"),
+                now=beat,
+            )
+            services.heartbeat(name=str(w["name"]), current_job_id=w.get("job"), now=beat)
+        except (DomainError, KeyError, TypeError, ValueError) as e:
+            log.warning("worker %r: heartbeat not mirrored: %s", w.get("name"), e)
+            continue
+        n += 1
     return n
 
 

@@ -16,6 +16,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from searches import chart_data, charts, roles, selectors
+from searches.fleet import fleet
 from searches.models import Search
 
 
@@ -182,6 +183,11 @@ def gpus(request: HttpRequest) -> HttpResponse:
     if engineer:
         context["sections"] = gpu_sections()
         context["cross"] = Chart("cross-gpu", charts.cross_gpu(chart_data.cross_gpu_kernels()))
+        # The live workers of each kind: host, last heartbeat, the job in flight.
+        live = fleet(registered=False)
+        context["redis_error"] = live.redis_error
+        for section in context["sections"]:
+            section["workers"] = [w for w in live.online if w.kind == section["kind"]]
     return render(request, "searches/gpus.html", context)
 
 

@@ -129,3 +129,39 @@ def test_the_idea_form_says_which_kinds_are_online_and_preselects_the_only_one(
     h200 = re.search(r'<input[^>]*name="target_kinds"[^>]*value="h200"[^>]*>', html).group(0)
     assert "checked" not in h200
     assert "js/idea_form.js" in html  # asks before submitting for an offline kind
+
+
+def test_the_sweep_mirrors_live_workers_and_their_ceilings_reach_the_prompt(redis_url, search):
+    """Real liveness is the worker's Redis heartbeat; the orchestrator's sweep copies it into
+    the Worker table, so what the worker measured reaches the roofline and the agent."""
+    from searches import orchestrator
+    from searches.agent import context
+    from searches.models import Worker
+
+    register(redis_url, "gpuhost:gpu0", {**H200_INFO, "job": "autoweb-trial-7-a1"})
+    assert orchestrator.mirror_workers(redis_url) == 1
+    row = Worker.objects.get(name="gpuhost:gpu0")
+    assert (row.kind, row.queue, row.device_name) == ("h200", "gpu.h200", "NVIDIA H200")
+    assert row.current_job_id == "autoweb-trial-7-a1" and row.online
+    assert row.versions["triton"] == "3.6.0"
+    measured = context.measured_ceilings("h200")
+    assert measured["copy_gbps"] == 4176.9 and measured["matmul_tflops_bf16"] == 793.7
+    prompt_input = context.gather(search, "h200")
+    assert prompt_input.ceilings["copy_gbps"] == 4176.9  # measured, not the datasheet's
+    # A worker that stops beating is no longer mirrored as busy; its row ages out.
+    redis_url.delete("autoweb:worker:gpuhost:gpu0")
+    assert orchestrator.mirror_workers(redis_url) == 0
+
+
+def test_the_gpus_page_lists_each_kinds_live_workers(engineer_client, redis_url):
+    from searches import orchestrator
+
+    register(redis_url, "gpuhost:gpu0", {**H200_INFO, "job": "autoweb-trial-7-a1"})
+    register(redis_url, "gpuhost:gpu1", H200_INFO)
+    orchestrator.mirror_workers(redis_url)  # the kind has a section once a worker registered
+    html = engineer_client.get(reverse("searches:gpus")).content.decode()
+    table = html[html.index('id="workers-h200"') :]
+    table = table[: table.index("</table>")]
+    assert "<code>gpuhost:gpu0</code>" in table and "<code>autoweb-trial-7-a1</code>" in table
+    assert "<code>gpuhost:gpu1</code>" in table and "idle" in table
+    assert " s ago" in table
