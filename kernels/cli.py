@@ -188,7 +188,7 @@ def cmd_tune(args) -> int:
     if args.trials > size:
         print(
             f"note: --trials {args.trials} is more than the {size} configurations of "
-            f"{path}'s knobs: each is tried once",
+            f"{path}'s knobs: the whole space ({size} configs) is tried, each once",
             file=sys.stderr,
         )
     # Screening on a GPU takes the baselines from the cache (measured once per GPU, problem,

@@ -13,9 +13,11 @@ release was validated on, or with no release at all, it calls the reference.
 A release also carries its per-shape table (`shapes` in the manifest): on each shape it was
 re-validated on, whether the kernel beat the faster of eager and torch.compile beyond the
 measured noise, and if not, which baseline serves. A call on such a shape goes where the table
-says: the kernel, the reference ("eager"), or torch.compile of the reference ("compiled",
-compiled once per input signature, and the reference if compiling fails). `route_of(*args)`
-says which; shapes the table does not list run the release's kernel inside its range.
+says: the kernel, the reference ("eager"), or torch.compile of the reference ("compiled":
+one compiled function per loaded kernel, made on the first such call; the reference if
+compiling fails, e.g. on a machine without a C compiler). `route_of(*args)` says which; shapes
+the table does not list run the release's kernel inside its range. Manifests written before
+releases carried a table have no `shapes`: their calls dispatch by range alone.
 
 How a call's inputs give its shape is the problem's own declaration (its DIMS and RANKS), which
 the export copies into the manifest's `problems` entry; with no manifest, inside autoweb, it is
@@ -118,6 +120,7 @@ class Kernel:
         # key -> (function, the release whose kernel runs or None, route)
         self._cache: dict[tuple, tuple[Callable[..., Any], dict[str, Any] | None, str]] = {}
         self._modules: dict[str, Any] = {}
+        self._compiled: _Compiled | None = None  # torch.compile of the reference, made lazily
         self._kinds: dict[tuple[str, int | None], str | None] = {}
         self._lock = threading.Lock()
         self.__name__ = problem
@@ -192,7 +195,9 @@ class Kernel:
             if route == "kernel":
                 hit = (self._function(choice), choice, route)
             elif route == "compiled":
-                hit = (_Compiled(self.reference), None, route)
+                if self._compiled is None:
+                    self._compiled = _Compiled(self.reference, _compiled_rows(self.releases))
+                hit = (self._compiled.signature(), None, route)
             else:
                 hit = (self.reference, None, route)
             self._cache[key] = hit
@@ -238,28 +243,75 @@ def _served_by(release: dict[str, Any], shape: dict[str, int] | None) -> str:
     return "kernel"
 
 
-class _Compiled:
-    """torch.compile of the reference for one input signature (its own compiled function, so
-    many shapes never reach dynamo's recompile limit); the reference itself if compiling
-    fails, e.g. on a machine without a C compiler."""
+def _compiled_rows(releases: list[dict[str, Any]]) -> int:
+    """How many shapes the releases' tables give to torch.compile: the most distinct graphs
+    (one per shape, `dynamic=False`) the compiled reference is asked for."""
+    return sum(
+        1
+        for rel in releases
+        for row in rel.get("shapes") or ()
+        if isinstance(row, dict) and row.get("serve") == "compiled"
+    )
 
-    def __init__(self, reference: Callable[..., Any]) -> None:
+
+class _Compiled:
+    """torch.compile of the reference (`dynamic=False`, as re-validation timed it: a graph per
+    shape), made once per loaded kernel on the first call a table sends to it.
+
+    Dynamo keeps its graphs per code object and, past its recompile limit (8 by default),
+    silently runs the function eagerly: a library whose tables give more shapes than that to
+    torch.compile would run eager where they say compiled. So each input signature's first
+    call, the one that compiles, runs with the limit raised to cover the tables' compiled
+    shapes (for that call only; later calls find their graph without compiling). If compiling
+    fails (e.g. no C compiler) every compiled shape runs the reference."""
+
+    def __init__(self, reference: Callable[..., Any], shapes: int) -> None:
         self.reference = reference
+        self.limit = max(64, 4 * shapes)
         self.fn: Callable[..., Any] | None = None
         self.failed: str | None = None
 
-    def __call__(self, *args: Any) -> Any:
+    def signature(self) -> _CompiledCall:
+        return _CompiledCall(self)
+
+    def first_call(self, args: tuple) -> Any:
+        """Compile for these inputs (if not already) and run; the reference if that fails."""
         if self.failed is not None:
             return self.reference(*args)
-        if self.fn is None:
-            import torch
+        import torch
+        import torch._dynamo
 
+        if self.fn is None:
             self.fn = torch.compile(self.reference, dynamic=False)
+        config = torch._dynamo.config
+        raised = {
+            name: max(self.limit, getattr(config, name))
+            for name in ("recompile_limit", "cache_size_limit")  # the name before torch 2.6
+            if hasattr(config, name)
+        }
         try:
-            return self.fn(*args)
+            with config.patch(raised):
+                return self.fn(*args)
         except Exception as e:  # noqa: BLE001 - any compiler failure: the reference serves
-            self.failed = f"{type(e).__name__}: {e}"[:300]
+            self.failed = f"torch.compile failed: {type(e).__name__}: {e}"[:300]
             return self.reference(*args)
+
+
+class _CompiledCall:
+    """What one input signature routed to torch.compile runs: its first call compiles
+    (`_Compiled.first_call`), later ones run the compiled function, or the reference if
+    compiling failed."""
+
+    def __init__(self, compiled: _Compiled) -> None:
+        self.compiled = compiled
+        self.run: Callable[..., Any] | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.run is not None:
+            return self.run(*args)
+        out = self.compiled.first_call(args)
+        self.run = self.compiled.reference if self.compiled.failed else self.compiled.fn
+        return out
 
 
 def _key(args: tuple) -> tuple:

@@ -104,7 +104,15 @@ class Release(models.Model):
     speedup_eager = models.FloatField(null=True, blank=True)
     speedup_compiled = models.FloatField(null=True, blank=True)
     geomean_ms = models.FloatField(null=True, blank=True)
-    shapes = models.JSONField(default=list, blank=True, help_text="Per-shape measurements.")
+    shapes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Per-shape measurements from re-validation, each with who serves the shape.",
+    )
+    # Counts of the per-shape table (`dispatch()`), kept beside it so that the releases list
+    # says "k of n shapes on the kernel" without loading every release's measurements.
+    dispatch_total = models.PositiveIntegerField(default=0)
+    dispatch_on_kernel = models.PositiveIntegerField(default=0)
     approver = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approved_releases"
     )
@@ -161,7 +169,8 @@ class Release(models.Model):
 
     def dispatch(self) -> list[dict[str, Any]]:
         """Per measured shape, who serves it: "kernel", "compiled" or "eager", with the times
-        from re-validation. Releases made before the table existed have none: []."""
+        from re-validation (`ms` is the kernel's). Releases made before the table existed have
+        rows without `serve`: none of them is listed, so their table is []."""
         return [
             {
                 "shape": row.get("shape"),
@@ -174,11 +183,8 @@ class Release(models.Model):
             if isinstance(row, dict) and row.get("serve") and isinstance(row.get("shape"), dict)
         ]
 
-    def dispatch_summary(self) -> dict[str, Any]:
-        """The dispatch table with its counts, for the releases page."""
+    def count_dispatch(self) -> None:
+        """Set `dispatch_total` and `dispatch_on_kernel` from the table (before saving)."""
         rows = self.dispatch()
-        return {
-            "rows": rows,
-            "total": len(rows),
-            "on_kernel": sum(1 for r in rows if r["serve"] == "kernel"),
-        }
+        self.dispatch_total = len(rows)
+        self.dispatch_on_kernel = sum(1 for r in rows if r["serve"] == "kernel")

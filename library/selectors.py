@@ -218,7 +218,14 @@ _RELEASE_FIELDS = (
     "trial__index",
     "trial__search_id",
 )
-_RELEASE_ROW_FIELDS = (*_RELEASE_FIELDS, "approver__username", "revoked_by__username")
+_RELEASE_ROW_FIELDS = (
+    *_RELEASE_FIELDS,
+    "dispatch_total",
+    "dispatch_on_kernel",
+    "approver__username",
+    "revoked_by__username",
+)
+SERVED_BY = {"kernel": "the kernel", "compiled": "torch.compile", "eager": "eager"}
 
 
 def release_filters(query: Any) -> dict[str, str]:
@@ -281,6 +288,22 @@ def releases_page(
         per_page=per_page,
         total=total,
     )
+
+
+def release_dispatch(release: Release) -> dict[str, Any]:
+    """A release's per-shape dispatch table for the pages: per shape re-validation timed, who
+    serves it (`served_by`, in words) and the kernel's, eager's and torch.compile's times, with
+    how many shapes run the kernel. No rows for a release made before releases carried the
+    table (the library runs its kernel on every shape of its range)."""
+    rows = [
+        {**row, "served_by": SERVED_BY.get(row["serve"], str(row["serve"]))}
+        for row in release.dispatch()
+    ]
+    return {
+        "rows": rows,
+        "total": len(rows),
+        "on_kernel": sum(1 for row in rows if row["serve"] == "kernel"),
+    }
 
 
 def release_kinds() -> list[str]:

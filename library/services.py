@@ -333,7 +333,7 @@ def _release(reval: Revalidation, report: dict[str, Any]) -> Release:
     trial = review.trial
     summary = report.get("summary") if isinstance(report.get("summary"), dict) else {}
     shapes = [_release_shape(row) for row in report.get("shapes") or [] if isinstance(row, dict)]
-    return Release.objects.create(
+    release = Release(
         problem=trial.search.idea.problem,
         kind=reval.kind,
         dtype=str(report.get("dtype") or ""),
@@ -348,6 +348,9 @@ def _release(reval: Revalidation, report: dict[str, Any]) -> Release:
         shapes=shapes,
         approver=review.reviewer,
     )
+    release.count_dispatch()
+    release.save()
+    return release
 
 
 def poll(*, review: Review, conn: redis.Redis | None = None) -> bool:

@@ -193,11 +193,14 @@ def release(request: HttpRequest, pk: int) -> HttpResponse:
     _require_engineer(request)
     rows = Release.objects.select_related("trial", "approver", "revoked_by")
     rel = get_object_or_404(rows, pk=pk)
-    return render(
-        request,
-        "library/release.html",
-        {"r": rel, "dispatch": rel.dispatch_summary(), "reviewer": roles.is_reviewer(request.user)},
-    )
+    context = {
+        "r": rel,
+        "dispatch": selectors.release_dispatch(rel),
+        "reviewer": roles.is_reviewer(request.user),
+    }
+    if getattr(request, "htmx", False):  # the releases list opening a release's table
+        return render(request, "library/partials/dispatch.html", context)
+    return render(request, "library/release.html", context)
 
 
 @require_POST

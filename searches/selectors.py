@@ -389,3 +389,42 @@ def problem_roofline(name: str, ceilings: dict[str, dict[str, Any]]) -> dict[str
         "kinds": [{"kind": k, **c} for k, c in sorted(ceilings.items())],
         "rows": rows,
     }
+
+
+# -- the per-shape dispatch table -------------------------------------------------------------
+
+SERVED_BY = {"kernel": "a generated kernel", "compiled": "torch.compile", "eager": "eager"}
+
+
+def table_rows_of(search: Search) -> list[dict[str, Any]]:
+    """The rows of the search's per-shape dispatch table (`Search.table`, built by
+    `kernels.engine.compose.build`) as the search page and the review page show them: per
+    shape its label, who serves it (`served_by` in words; `trial`, the serving trial's index,
+    when a kernel does), that one's time, both baselines' times and the speedups. [] when the
+    search has no table (not built yet, or its build failed)."""
+    table = search.table if isinstance(search.table, dict) else {}
+    rows = []
+    for row in table.get("shapes") or []:
+        if not isinstance(row, dict):
+            continue
+        serve = row.get("serve")
+        kernel = row.get("kernel") if serve == "kernel" else None
+        trial = kernel if isinstance(kernel, int) and not isinstance(kernel, bool) else None
+        served_by = SERVED_BY.get(serve, "nobody (nothing was timed)")
+        if kernel is not None and trial is None:  # a kernel named otherwise (a config)
+            served_by = str(kernel)
+        shape = row.get("shape") if isinstance(row.get("shape"), dict) else {}
+        rows.append(
+            {
+                "label": row.get("label") or ",".join(f"{d}={v}" for d, v in shape.items()),
+                "serve": serve or "none",
+                "served_by": served_by,
+                "trial": trial,
+                "ms": row.get("ms"),
+                "eager_ms": row.get("eager_ms"),
+                "compiled_ms": row.get("compiled_ms"),
+                "speedup_compiled": row.get("speedup_compiled"),
+                "speedup_eager": row.get("speedup_eager"),
+            }
+        )
+    return rows

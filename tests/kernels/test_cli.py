@@ -145,6 +145,44 @@ def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
     assert "no '# tune:' knobs" in res.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trials", "0"], "--trials must be at least 1"),
+        (["--trials", "-3"], "--trials must be at least 1"),
+        (["--minutes", "0"], "--minutes must be above 0"),
+        (["--minutes", "-1.5"], "--minutes must be above 0"),
+    ],
+    ids=["zero_trials", "negative_trials", "zero_minutes", "negative_minutes"],
+)
+def test_tune_exits_2_on_a_budget_that_allows_nothing(args: list, message: str) -> None:
+    res = cli("tune", "--problem", "softmax", "--device", "interpret", *args)
+
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"error: {message}" in res.stderr
+    assert "Traceback" not in res.stderr and "trial" not in res.stdout
+
+
+def test_tune_with_more_trials_than_the_space_says_so_and_tries_it_all(tmp_path: Path) -> None:
+    small = tmp_path / "two.py"  # 2 x 1 configurations
+    small.write_text(
+        SEED.read_text()
+        .replace("# tune: 256, 512, 1024, 2048, 4096, 8192", "# tune: 1024, 2048")
+        .replace("# tune: 1, 2, 4, 8, 16", "# tune: 4")
+    )
+    out = tmp_path / "tune.json"
+
+    res = cli(
+        *("tune", "--problem", "softmax", "--candidate", small, "--device", "interpret"),
+        *("--trials", "5", "--json", out),
+    )
+
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "--trials 5 is more than the 2 configurations" in res.stderr
+    assert "the whole space (2 configs) is tried" in res.stderr
+    assert len(json.loads(out.read_text())["trials"]) == 2
+
+
 def test_ceilings_on_the_interpreter_exits_2_with_a_message() -> None:
     res = cli("ceilings", "--device", "interpret")
 

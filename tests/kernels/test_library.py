@@ -336,6 +336,56 @@ def test_a_shape_served_by_torch_compile_runs_the_compiled_reference(tmp_path, i
     x = torch.randn(4, 256)
     assert kernel.route_of(x) == "compiled" and kernel.choose(x) is None
     torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
-    compiled = kernel._cache[library._key((x,))][0]
-    assert compiled.fn is not None, "torch.compile was never asked"
-    assert compiled.failed is None, compiled.failed
+    call = kernel._cache[library._key((x,))][0]
+    assert call.compiled is kernel._compiled and call.run is kernel._compiled.fn
+    assert kernel._compiled.fn is not None, "torch.compile was never asked"
+    assert kernel._compiled.failed is None, kernel._compiled.failed
+
+
+def test_more_compiled_shapes_than_dynamos_recompile_limit_each_get_a_graph(
+    tmp_path, interpret, monkeypatch
+):
+    """Dynamo keeps graphs per function and, past its recompile limit, silently runs eagerly:
+    one compiled reference per kernel must still compile every shape its table gives it."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(config, name, 1)  # as if the table's shapes were past the default 8
+    rows = {(m, 128): "compiled" for m in (2, 3, 4)}
+    rel = release(1) | {"shapes": _table(rows)}
+    root = write(tmp_path, [rel], {"kernels/r1.py": ONES.format(value=1.0)})
+    kernel = library.load("softmax", library_dir=root)
+    for m, n in rows:
+        x = torch.randn(m, n)
+        before = counters["stats"]["unique_graphs"]
+        torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+        assert counters["stats"]["unique_graphs"] == before + 1, f"M={m} ran without a graph"
+        assert kernel.route_of(x) == "compiled"
+    assert getattr(config, name) == 1, "the limit is raised for the compiling call only"
+    assert kernel._compiled.failed is None, kernel._compiled.failed
+
+
+def test_a_failing_compile_serves_every_compiled_shape_with_the_reference(tmp_path, interpret):
+    rows = {(m, 128): "compiled" for m in (2, 3)}
+    rel = release(1) | {"shapes": _table(rows)}
+    root = write(tmp_path, [rel], {"kernels/r1.py": ONES.format(value=1.0)})
+    kernel = library.load("softmax", library_dir=root)
+    calls = []
+
+    def broken(*args):
+        calls.append(args)
+        raise RuntimeError("no C compiler")
+
+    x = torch.randn(2, 128)
+    kernel(torch.randn(1, 4))  # outside the table: its release's kernel; nothing compiled yet
+    assert kernel._compiled is None
+    kernel.route_of(x)
+    kernel._compiled.fn = broken  # what torch.compile returns when its compiler is missing
+    torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+    assert "no C compiler" in kernel._compiled.failed
+    y = torch.randn(3, 128)
+    torch.testing.assert_close(kernel(y), torch.softmax(y, dim=-1))
+    torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+    assert len(calls) == 1, "after one failure the compiler is not asked again"

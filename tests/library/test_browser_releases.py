@@ -26,7 +26,18 @@ idea = services.create_idea(
 )
 search = services.begin_search(search=services.start_search(idea=idea, user=demo, seed=1))
 bulk_releases(search, demo, 70, kind="h100")
-bulk_releases(search, demo, 5, kind="b200")
+b200 = bulk_releases(search, demo, 5, kind="b200")
+from library.models import Release
+timed = dict(eager_ms=0.9, compiled_ms=0.8)
+Release.objects.filter(pk=b200[-1].pk).update(
+    shapes=[
+        dict(shape=dict(M=1, N=1024), candidate_ms=0.5, serve="kernel", **timed),
+        dict(shape=dict(M=2, N=1024), candidate_ms=0.79, serve="compiled", **timed),
+    ],
+    dispatch_total=2,
+    dispatch_on_kernel=1,
+)
+print(b200[-1].pk)
 """
 
 
@@ -34,13 +45,21 @@ bulk_releases(search, demo, 5, kind="b200")
 def test_a_reviewer_revokes_on_page_2_and_stays_there(app, tmp_path):  # noqa: F811
     from playwright.sync_api import expect, sync_playwright
 
-    seed_app(tmp_path, SEED)
+    tabled = seed_app(tmp_path, SEED).split()[-1]
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()
         log_in_as_demo(page, app)
         page.goto(f"{app}/releases/")
+        # A release's per-shape table opens in place, fetched when first opened.
+        cell = page.locator(f'tr[data-release="{tabled}"] td.dispatch')
+        expect(cell.locator("summary")).to_have_text("1 of 2 shapes on the kernel")
+        expect(cell.locator("tr.serve-kernel")).to_have_count(0)
+        cell.locator("summary").click()
+        expect(cell.locator("tbody tr")).to_have_count(2)
+        expect(cell.locator("tr.serve-compiled")).to_contain_text("torch.compile")
+        expect(cell.locator("tr.serve-kernel")).to_contain_text("0.5 ms")
         page.select_option("#release-filters select[name=kind]", "h100")
         page.click("#release-filters button[type=submit]")
         page.wait_for_url(re.compile(r"/releases/\?.*kind=h100"))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import subprocess
 import zipfile
 
@@ -116,13 +118,24 @@ def test_a_release_page_shows_its_per_shape_dispatch(approved, engineer_client):
     ]
     services.record_revalidation(revalidation=approved.revalidations.get(), report=report)
     release = Release.objects.get()
-    listing = engineer_client.get(reverse("library:releases")).content.decode()
-    assert reverse("library:release", args=[release.pk]) in listing
-    html = engineer_client.get(reverse("library:release", args=[release.pk])).content.decode()
+    assert (release.dispatch_total, release.dispatch_on_kernel) == (2, 1)
+    url = reverse("library:release", args=[release.pk])
+    html = engineer_client.get(url).content.decode()
     block = html[html.index('id="dispatch"') :]
     assert "1 of 2 shapes on the kernel" in block
     assert block.index('class="serve-kernel"') < block.index('class="serve-compiled"')
     assert "torch.compile" in block and "0.8 ms" in block
+    # The list says it per release and opens the same table in place (htmx asks the release
+    # page, which answers with the table alone); without JS the link leads to it.
+    listing = engineer_client.get(reverse("library:releases")).content.decode()
+    row = listing[listing.index(f'data-release="{release.pk}"') :]
+    row = row[: row.index("</tr>")]
+    assert "1 of 2 shapes on the kernel</summary>" in row
+    assert f'hx-get="{url}"' in row and f'href="{url}#dispatch"' in row
+    part = engineer_client.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in part and "1 of 2 shapes on the kernel" in part
+    assert re.findall(r'<tr class="serve-(\w+)">', part) == ["kernel", "compiled"]
+    assert "0.79 ms" in part and "0.9 ms" in part  # the kernel's and eager's times
 
 
 def test_a_release_made_before_the_table_existed_still_exports_and_dispatches(
@@ -137,12 +150,35 @@ def test_a_release_made_before_the_table_existed_still_exports_and_dispatches(
     client.force_login(release.approver)
     html = client.get(reverse("library:release", args=[release.pk])).content.decode()
     assert "made before releases carried a per-shape table" in html
+    listing = client.get(reverse("library:releases")).content.decode()
+    row = listing[listing.index(f'data-release="{release.pk}"') :]
+    assert "the kernel on its whole range" in row[: row.index("</tr>")]
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     out = export.write_dir([release], tmp_path / "lib")
     x = torch.randn(1, 4096)
     kernel = runtime.load("softmax", library_dir=out)
     # Inside the release's range, with no table: its kernel, as before the table existed.
     assert kernel.choose(x)["id"] == release.pk and kernel.route_of(x) == "kernel"
+
+
+def test_the_migration_counts_the_tables_of_releases_already_stored(approved):
+    from django.apps import apps
+
+    report = reval_report(geomean_speedup_eager=1.5)
+    report["shapes"] = [
+        _timed("M=1,N=1024", {"M": 1, "N": 1024}, 0.50, 0.90, 0.80),
+        _timed("M=2,N=1024", {"M": 2, "N": 1024}, 0.40, 0.90, 0.80),
+        _timed("M=3,N=1024", {"M": 3, "N": 1024}, 0.79, 0.90, 0.80),
+    ]
+    services.record_revalidation(revalidation=approved.revalidations.get(), report=report)
+    stored = Release.objects.get().shapes
+    old = {"label": "M=4,N=1024", "shape": {"M": 4, "N": 1024}, "candidate_ms": 0.1}
+    # As before the migration: no counts, and a row stored before rows said who serves them.
+    Release.objects.update(dispatch_total=0, dispatch_on_kernel=0, shapes=[*stored, old])
+    migration = importlib.import_module("library.migrations.0003_release_dispatch_counts")
+    migration.count(apps, None)
+    release = Release.objects.get()
+    assert (release.dispatch_total, release.dispatch_on_kernel) == (3, 2)
 
 
 def test_a_failing_revalidation_releases_nothing_and_the_reviewer_sees_why(

@@ -12,6 +12,7 @@ from kernels.worker import rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
 from searches.models import Idea, Trial
+from searches.selectors import table_rows_of
 from tests.library.helpers import SHAPES, candidate
 from tests.web.domain import SOFTMAX_SEED
 from tests.web.pages import HOSTILE, HOSTILE_RAW, assert_inert, knob_variant
@@ -109,8 +110,22 @@ def test_the_review_page_shows_the_searchs_per_shape_table(reviewer_client, pair
     search_services.record_table(search=child.search, timed=timed, kernels=[child.index])
     html = reviewer_client.get(url).content.decode()
     section = html[html.index('id="search-table"') :]
-    assert re.findall(r'<tr class="serve-(\w+)">', section)[:2] == ["compiled", "kernel"]
+    section = section[: section.index("</section>")]
+    assert re.findall(r'<tr class="serve-(\w+)">', section) == ["compiled", "kernel"]
     assert "1 of 2 shapes served by generated kernels" in section
+    # Per shape: the serving time, both baselines' times, and the trial that serves it.
+    first = section[section.index('<tr class="serve-compiled">') :]
+    first = first[: first.index("</tr>")]
+    assert "torch.compile" in first
+    assert [c for c in re.findall(r'<td class="num">([^<]*)</td>', first)][:3] == [
+        "0.0035 ms",
+        "0.01 ms",
+        "0.0035 ms",
+    ]
+    assert reverse("searches:trial", args=[child.search_id, child.index]) in section
+    child.search.refresh_from_db()
+    rows = table_rows_of(child.search)
+    assert [(r["serve"], r["trial"]) for r in rows] == [("compiled", None), ("kernel", child.index)]
 
 
 def test_the_queue_and_the_page_link_each_other(engineer_client, pair):
