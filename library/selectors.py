@@ -259,7 +259,7 @@ def revalidation_states(revalidations: list[Revalidation]) -> dict[int, str]:
             )
             states[reval.pk] = (
                 f"awaiting re-validation on {kind}: no {kind} worker is online ({when}); it "
-                f"starts when one does (python -m kernels.worker on a {kind} host)"
+                "starts when one does (python -m kernels.worker on a host with that GPU)"
             )
     return states
 
