@@ -7,7 +7,7 @@ from typing import Any
 
 from django import template
 
-from library import selectors
+from library import selectors, services
 
 register = template.Library()
 
@@ -16,6 +16,8 @@ register = template.Library()
 def review_status(trial: Any) -> dict[str, Any]:
     status = selectors.review_status(trial)
     review = status.get("review")
+    if review is not None:
+        status["past"] = services.PAST[review.action]
     if review is not None and review.action == review.Action.APPROVE:
         revals = list(review.revalidations.all())
         waits = selectors.revalidation_states(revals)

@@ -285,3 +285,27 @@ def test_a_release_of_an_imported_trial_shows_where_it_was_measured(
     release = review.revalidations.get().release
     page = reviewer_client.get(reverse("library:release", args=[release.pk])).content.decode()
     assert "imported from vm (h200)" in page
+
+
+def test_a_report_written_by_evaluate_json_here_imports_as_it_is(engineer, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "seed.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "kernels", "evaluate", "--problem", "softmax", "--candidate"]
+        + [str(ROOT / "kernels" / "seeds" / "softmax.py")]
+        + ["--device", "interpret", "--json", str(out), "--quiet"],
+        cwd=ROOT,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.exists(), done.stderr[-3000:]
+    (trial,) = imports.import_file(out, user=engineer).imported
+    assert trial.source == SEED and trial.device_kind == "interpret"
+    assert trial.imported.source_sha256 == sha(SEED)
+    # Kept, but never a review candidate: the interpreter times nothing.
+    assert "untimed" in selectors.why_not_candidate(trial)
