@@ -271,6 +271,8 @@ def awaiting_revalidation() -> list[Revalidation]:
         .select_related(
             "review__reviewer", "review__trial__search__idea", "review__trial__imported"
         )
+        # One query, without the bulky JSON: the trial's report and source stay behind.
+        .defer("report", "review__trial__report", "review__trial__source", "review__trial__prompt")
         .order_by("created_at", "id")
     )
 
