@@ -143,12 +143,15 @@ def _prepare(entry: Entry, where: str, candidate: str | None) -> Prepared:
         raise ReportImportError(
             f"{where}: unknown problem {problem!r} (known here: {', '.join(known)})"
         )
-    device = report.get("device") or {}
+    device = report["device"] if isinstance(report["device"], dict) else {}
     kind = device.get("kind")
     if not kind:
         raise ReportImportError(f"{where}: the report names no GPU kind (device.kind)")
-    if not isinstance(report["shapes"], list) or not isinstance(report["checks"], dict):
-        raise ReportImportError(f"{where}: the report's shapes or checks are malformed")
+    shaped = {"shapes": list, "checks": dict, "summary": dict}
+    for key, kind_of in shaped.items():
+        if not isinstance(report[key], kind_of):
+            what = "a list" if kind_of is list else "an object"
+            raise ReportImportError(f"{where}: the report's {key} is not {what}")
 
     source = entry.source if entry.source is not None else candidate
     if not isinstance(source, str):

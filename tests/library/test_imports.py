@@ -31,14 +31,19 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+NULL = object()  # a value of JSON null, in cli_report's changes
+
+
 def cli_report(tmp_path: Path, **changes) -> Path:
     """The H200 `evaluate --json` report, as the CLI writes it now (with its source and the
-    source's sha256), changed by `changes` (None deletes a key)."""
+    source's sha256), changed by `changes` (None deletes a key, NULL makes it null)."""
     data = json.loads(CLI_REPORT.read_text())
     data.update(source=SEED, source_sha256=sha(SEED))
     for key, value in changes.items():
         if value is None:
             data.pop(key, None)
+        elif value is NULL:
+            data[key] = None
         else:
             data[key] = value
     out = tmp_path / "report.json"
@@ -152,6 +157,11 @@ BAD_REPORTS = {
     "bad verdict": ({"verdict": "maybe"}, "verdict must be"),
     "rejected without failure": ({"verdict": "rejected"}, "names its failure"),
     "no GPU kind": ({"device": {"name": "?"}}, "names no GPU kind"),
+    "summary not an object": ({"summary": []}, "summary is a JSON object"),
+    "summary a string": ({"summary": "x"}, "summary is a JSON object"),
+    "null summary": ({"summary": NULL}, "summary is not an object"),
+    "null shapes": ({"shapes": NULL}, "shapes is not a list"),
+    "checks a list": ({"checks": []}, "checks is a JSON object"),
 }
 
 
@@ -231,6 +241,11 @@ def test_an_imported_trial_shows_as_imported_on_every_page(
     review_url = reverse("library:review", args=[trial.pk])
     review = reviewer_client.get(review_url).content.decode()
     assert label in review and 'id="imported-from"' in review
+    search_page = reviewer_client.get(reverse("searches:search", args=[trial.search_id]))
+    assert search_page.status_code == 200
+    assert "Imported reports: softmax on h200" in search_page.content.decode()
+    idea_page = reviewer_client.get(reverse("searches:idea", args=[trial.search.idea_id]))
+    assert idea_page.status_code == 200
 
     # Approval re-validates on h200, where no worker is online: the wait is said, not hidden.
     with django_capture_on_commit_callbacks(execute=True):
