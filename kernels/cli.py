@@ -6,6 +6,7 @@ Exit codes: 0 accepted (or success), 1 rejected, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -25,6 +26,12 @@ def _fmt(x, spec: str = ".3f", none: str = "-") -> str:
 def _write_json(path: str | None, obj) -> None:
     if path:
         Path(path).write_text(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _with_source(rep: dict, source: str) -> dict:
+    """The report as `--json` writes it: with the source it judged and that source's sha256,
+    so that another host can import it (`manage.py import_reports`) and check what it holds."""
+    return {**rep, "source": source, "source_sha256": hashlib.sha256(source.encode()).hexdigest()}
 
 
 def _load_problem(args) -> problems.Problem:
@@ -155,7 +162,7 @@ def cmd_evaluate(args) -> int:
         on_event=_progress(args.quiet),
         budget_s=args.budget,
     )
-    _write_json(args.json, rep)
+    _write_json(args.json, _with_source(rep, source))
     print_report(rep)
     return 0 if rep["verdict"] == "accepted" else 1
 
@@ -307,7 +314,7 @@ def cmd_profile(args) -> int:
         rep = profile.profile(problem, source, tier=args.shapes, timeout_s=args.timeout)
     except profile.ProfileError as e:
         raise UsageError(str(e)) from e
-    _write_json(args.json, rep)
+    _write_json(args.json, _with_source(rep, source))
     print_report(rep)
     print("profile (ncu):")
     for row in rep.get("profile", {}).get("kernels", []):

@@ -19,8 +19,8 @@ from django.db.models import Count, F, Max, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
-from library.models import Release, Review
-from searches.models import Search, Trial
+from library.models import Release, Revalidation, Review
+from searches.models import Search, Trial, Worker
 from searches.selectors import Page, page_number
 
 SORTS = {
@@ -80,7 +80,7 @@ def _candidates() -> QuerySet[Trial]:
             speedup_eager__gt=1.0 + F("noise"),
         )
         .filter(Q(speedup_compiled__isnull=True) | Q(speedup_compiled__gt=1.0 + F("noise")))
-        .select_related("search__idea")
+        .select_related("search__idea", "imported")
     )
 
 
@@ -91,6 +91,7 @@ class Queue:
     kinds: list[str]
     sort: str
     filters: dict[str, Any]
+    waiting: int = 0  # undecided candidates before the filters
 
 
 def review_queue(
@@ -124,6 +125,7 @@ def review_queue(
         problems=sorted({t.search.idea.problem for t in everything}),
         kinds=sorted({t.device_kind for t in everything}),
         sort=sort,
+        waiting=len(everything),
         filters={
             "problem": problem or "",
             "kind": kind or "",
@@ -131,6 +133,147 @@ def review_queue(
             "min_speedup": min_speedup,
             "max_age_days": max_age_days,
         },
+    )
+
+
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
+def why_queue_is_empty(queue: Queue) -> list[str]:
+    """Why the queue shows nothing, one line per cause with its count (none when it shows
+    something): filters that hide candidates, no trials, untimed (interpreter) incumbents,
+    incumbents that beat no baseline beyond noise, candidates already decided."""
+    if queue.trials:
+        return []
+    if queue.waiting:
+        return [
+            f"{_n(queue.waiting, 'candidate waits', 'candidates wait')}, but none matches "
+            "these filters."
+        ]
+    total = Trial.objects.count()
+    if not total:
+        return [
+            "No trials yet: start a search, or import reports measured on a GPU "
+            "(python manage.py import_reports)."
+        ]
+    lines = []
+    incumbents = Trial.objects.filter(status=Trial.Status.KEPT, search__incumbent_id=F("id"))
+    untimed = incumbents.filter(Q(speedup_eager__isnull=True) | Q(noise__isnull=True))
+    interpreted = untimed.filter(device_kind="interpret").count()
+    if interpreted:
+        lines.append(
+            f"{_n(interpreted, 'search has its', 'searches have their')} best trial from the "
+            "CPU interpreter, which is never timed: only a timed win can be reviewed. Import "
+            "reports measured on a GPU (python manage.py import_reports) to review them here."
+        )
+    other_untimed = untimed.count() - interpreted
+    if other_untimed:
+        lines.append(
+            f"{_n(other_untimed, 'search has its', 'searches have their')} best trial untimed."
+        )
+    candidates = _candidates()
+    no_win = incumbents.exclude(pk__in=untimed.values("pk")).exclude(pk__in=candidates.values("pk"))
+    if no_win.exists():
+        lines.append(
+            f"{_n(no_win.count(), 'kept trial lacks', 'kept trials lack')} a baseline win: "
+            "not faster than eager (and torch.compile, where measured) beyond the noise."
+        )
+    decided = candidates.filter(review__isnull=False).count()
+    if decided:
+        lines.append(
+            f"{_n(decided, 'candidate was', 'candidates were')} already decided "
+            "(approved, vetoed or sent back)."
+        )
+    undecided = [t for t in candidates.filter(review__isnull=True) if why_not_candidate(t)]
+    if undecided:
+        lines.append(
+            f"{_n(len(undecided), 'candidate')} failed a check: "
+            + "; ".join(sorted({why_not_candidate(t) or "" for t in undecided}))
+            + "."
+        )
+    superseded = (
+        Trial.objects.filter(status=Trial.Status.KEPT).exclude(search__incumbent_id=F("id"))
+    ).count()
+    if superseded:
+        lines.append(
+            f"{_n(superseded, 'kept trial was', 'kept trials were')} replaced by a faster "
+            "one as its search's incumbent."
+        )
+    kept = Trial.objects.filter(status=Trial.Status.KEPT).count()
+    if total - kept:
+        lines.append(
+            f"{_n(total - kept, 'trial was', 'trials were')} not kept (reverted, "
+            "failed or still running)."
+        )
+    return lines
+
+
+def review_status(trial: Trial) -> dict[str, Any]:
+    """Where a trial stands with review: "decided" (with the review), "queued" (waiting for a
+    reviewer), "out" (not a candidate: `why`), or "running" (no verdict yet)."""
+    if not trial.terminal:
+        return {"state": "running"}
+    review = Review.objects.filter(trial=trial).select_related("reviewer").first()
+    if review is not None:
+        return {"state": "decided", "review": review}
+    why = why_not_candidate(trial)
+    return {"state": "queued"} if why is None else {"state": "out", "why": why}
+
+
+# -- re-validation ----------------------------------------------------------------------------
+
+
+def revalidation_states(revalidations: list[Revalidation]) -> dict[int, str]:
+    """Per queued re-validation (by id), what it waits for: "awaiting re-validation on h200:
+    no h200 worker is online ..." when none of its GPU kind is, else "re-validating on h200
+    (N workers online)". One look at the fleet for them all."""
+    queued = [r for r in revalidations if not r.terminal]
+    if not queued:
+        return {}
+    from searches import fleet as fleets  # reads Redis; only when something waits
+
+    now = fleets.fleet(registered=False)
+    seen = dict(
+        Worker.objects.filter(kind__in={r.kind for r in queued})
+        .values_list("kind")
+        .annotate(last=Max("last_heartbeat"))
+    )
+    states = {}
+    for reval in queued:
+        kind = reval.kind
+        online = [w for w in now.online if w.kind == kind]
+        if now.redis_error:
+            states[reval.pk] = (
+                f"re-validation on {kind} is queued; whether a {kind} worker is online is "
+                "unknown (Redis is unreachable)"
+            )
+        elif online:
+            states[reval.pk] = f"re-validating on {kind} ({_n(len(online), 'worker')} online)"
+        else:
+            last = seen.get(kind)
+            when = (
+                f"none online since {timezone.localtime(last):%Y-%m-%d %H:%M}"
+                if last
+                else f"no {kind} worker has ever registered"
+            )
+            states[reval.pk] = (
+                f"awaiting re-validation on {kind}: no {kind} worker is online ({when}); it "
+                "starts when one does (python -m kernels.worker on a host with that GPU)"
+            )
+    return states
+
+
+def awaiting_revalidation() -> list[Revalidation]:
+    """Re-validations still queued, oldest first, with their review and trial."""
+    return list(
+        Revalidation.objects.filter(status=Revalidation.Status.QUEUED)
+        .select_related(
+            "review__reviewer", "review__trial__search__idea", "review__trial__imported"
+        )
+        # One query, without the bulky JSON: the trial's report and source stay behind.
+        .defer("report", "review__trial__report", "review__trial__source", "review__trial__prompt")
+        .order_by("created_at", "id")
     )
 
 
@@ -224,6 +367,9 @@ _RELEASE_ROW_FIELDS = (
     "dispatch_on_kernel",
     "approver__username",
     "revoked_by__username",
+    # "imported from HOST (KIND)", for a trial imported from another host
+    "trial__imported__host",
+    "trial__imported__kind",
 )
 SERVED_BY = {"kernel": "the kernel", "compiled": "torch.compile", "eager": "eager"}
 
@@ -275,7 +421,7 @@ def releases_page(
     ids = list(rows.order_by(*RELEASE_ORDER).values_list("pk", flat=True)[start : start + per_page])
     shown = (
         Release.objects.filter(pk__in=ids)
-        .select_related("trial", "approver", "revoked_by")
+        .select_related("trial__imported", "approver", "revoked_by")
         .only(*_RELEASE_ROW_FIELDS)
         .order_by(*RELEASE_ORDER)
     )

@@ -60,6 +60,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     )
     context = {
         "queue": result,
+        "why_empty": selectors.why_queue_is_empty(result),
         "sorts": list(selectors.SORTS),
         "counts": selectors.reviewer_counts(),
         "recent": Review.objects.select_related("trial__search__idea", "reviewer")[:20],
@@ -72,7 +73,7 @@ def queue(request: HttpRequest) -> HttpResponse:
 def _trial(request: HttpRequest, pk: int) -> Trial:
     _require_engineer(request)
     try:
-        return Trial.objects.select_related("search__idea", "parent").get(pk=pk)
+        return Trial.objects.select_related("search__idea", "parent", "imported").get(pk=pk)
     except Trial.DoesNotExist:
         raise Http404(f"No trial {pk}.") from None
 
@@ -95,8 +96,10 @@ def review(request: HttpRequest, pk: int) -> HttpResponse:
     seed = search.idea.start_source()
     parent = trial.parent
     revalidations = list(existing.revalidations.all()) if existing else []
+    waiting = selectors.revalidation_states(revalidations)
     for reval in revalidations:
         reval.view = report_view(reval.report)
+        reval.waiting = waiting.get(reval.pk, "")
     context = {
         "trial": trial,
         "search": search,
@@ -116,6 +119,7 @@ def review(request: HttpRequest, pk: int) -> HttpResponse:
         "range_rows": _range_rows(trial, existing),
         "request_key": uuid.uuid4().hex,
         "revalidations": revalidations,
+        "waiting": list(waiting.values()),
         "releases": list(trial.releases.all()),
         "notes": selectors.review_notes_for_search(search),
     }
@@ -149,7 +153,11 @@ def decide(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, " ".join(exc.messages))
         return redirect("library:review", pk=trial.pk)
     what = services.PAST[done.action]
-    extra = " Re-validation is queued on every target GPU kind." if done.action == "approve" else ""
+    extra = ""
+    if done.action == Review.Action.APPROVE:
+        extra = " Re-validation is queued on every target GPU kind."
+        waits = selectors.revalidation_states(list(done.revalidations.all())).values()
+        extra += "".join(f" {w[0].upper()}{w[1:]}." for w in waits if w.startswith("awaiting"))
     messages.success(request, f"Trial {trial.index} {what}.{extra}")
     return redirect("library:review", pk=trial.pk)
 
@@ -170,11 +178,16 @@ def releases(request: HttpRequest) -> HttpResponse:
     _require_engineer(request)
     filters = selectors.release_filters(request.GET)
     page = selectors.releases_page(**filters, page=request.GET.get("page"))
+    awaiting = selectors.awaiting_revalidation()
+    waiting = selectors.revalidation_states(awaiting)
+    for reval in awaiting:
+        reval.waiting = waiting.get(reval.pk, "")
     return render(
         request,
         "library/releases.html",
         {
             "page": page,
+            "awaiting": awaiting,
             "filters": filters,
             "query": urlencode({name: value for name, value in filters.items() if value}),
             "here": _releases_query({**filters, "page": page.page}),
@@ -191,7 +204,7 @@ def releases(request: HttpRequest) -> HttpResponse:
 def release(request: HttpRequest, pk: int) -> HttpResponse:
     """One release: its range, speedups, provenance and per-shape dispatch table."""
     _require_engineer(request)
-    rows = Release.objects.select_related("trial", "approver", "revoked_by")
+    rows = Release.objects.select_related("trial__imported", "approver", "revoked_by")
     rel = get_object_or_404(rows, pk=pk)
     context = {
         "r": rel,

@@ -10,7 +10,7 @@ from typing import Any
 from django.contrib import admin
 from django.utils.html import format_html
 
-from searches.models import Idea, LLMChange, Search, Trial, Worker
+from searches.models import Idea, LLMChange, ReportImport, Search, Trial, Worker
 
 
 def _pretty(value: Any) -> str:
@@ -77,6 +77,22 @@ class SearchAdmin(admin.ModelAdmin):
         "gpu_seconds",
         "tokens",
     )
+
+
+@admin.register(ReportImport)
+class ReportImportAdmin(admin.ModelAdmin):
+    """Where imported trials were measured (searches/imports.py): read-only, the audit trail."""
+
+    list_display = ("imported_at", "trial", "host", "kind", "file", "entry", "imported_by")
+    list_filter = ("kind", "host", "imported_at")
+    search_fields = ("host", "file", "source_sha256", "report_sha256", "imported_by__username")
+    list_select_related = ("trial", "imported_by")
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(LLMChange)

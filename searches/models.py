@@ -667,3 +667,36 @@ class ContextPack(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} pack {self.name} v{self.version}"
+
+
+class ReportImport(models.Model):
+    """Where an imported trial was measured: a harness report made on another host (`python -m
+    kernels evaluate --json`, or a report inside a benchmark bundle) and recorded here as the
+    one trial of a finished search (searches/imports.py). Its numbers were not measured by this
+    deployment's workers; approval re-validates on a worker of its GPU kind as for any trial."""
+
+    trial = models.OneToOneField(Trial, on_delete=models.CASCADE, related_name="imported")
+    report_sha256 = models.CharField(
+        max_length=64, unique=True, help_text="Of the report and its source: one import each."
+    )
+    source_sha256 = models.CharField(max_length=64, help_text="Of the source the report judged.")
+    host = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(max_length=64)
+    device_name = models.CharField(max_length=200, blank=True)
+    versions = models.JSONField(default=dict, blank=True, help_text="torch, triton, ...")
+    file = models.CharField(max_length=500, help_text="The file it was read from.")
+    entry = models.CharField(max_length=200, blank=True, help_text="Where in a bundle.")
+    imported_at = models.DateTimeField(default=timezone.now)
+    imported_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="report_imports"
+    )
+
+    class Meta:
+        ordering = ["-imported_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.label}: trial {self.trial_id}"
+
+    @property
+    def label(self) -> str:
+        return f"imported from {self.host or 'an unnamed host'} ({self.kind})"

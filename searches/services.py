@@ -657,7 +657,7 @@ def record_result(*, trial: Trial, report: Mapping[str, Any], gpu_seconds: float
     Recording a trial that already has its verdict returns it unchanged, so an evaluation job
     that ran twice is counted once.
     """
-    report = _clean_report(report)
+    report = clean_report(report)
     if (
         isinstance(gpu_seconds, bool)
         or not isinstance(gpu_seconds, int | float)
@@ -852,7 +852,9 @@ def record_table(*, search: Search, timed: Any, kernels: list[int]) -> Search:
     return locked
 
 
-def _clean_report(report: Any) -> dict[str, Any]:
+def clean_report(report: Any) -> dict[str, Any]:
+    """A harness report (a worker's, or an imported one) checked and made storable;
+    InvalidReport when it is not one."""
     if not isinstance(report, Mapping):
         raise InvalidReport(f"A report is a JSON object; got {type(report).__name__}.")
     verdict = report.get("verdict")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -73,6 +74,9 @@ def test_evaluate_accepts_the_seed_and_writes_the_report(tmp_path: Path) -> None
     assert report["device"]["kind"] == "interpret"
     assert len(report["shapes"]) == report["summary"]["shapes"] > 0
     assert "verdict: accepted" in res.stdout
+    # The source it judged travels with it, so another host can import it and check it.
+    assert report["source"] == SEED.read_text()
+    assert report["source_sha256"] == hashlib.sha256(SEED.read_bytes()).hexdigest()
 
 
 def test_evaluate_exits_1_on_an_exploit(tmp_path: Path) -> None:

@@ -329,10 +329,17 @@ print("ok")
 
 @pytest.mark.parametrize("with_release", [False, True], ids=["no releases", "one release"])
 def test_every_problem_loads_from_the_wheel_in_a_fresh_environment(
-    with_release, search, reviewer, tmp_path
+    with_release, search, reviewer, tmp_path, monkeypatch
 ):
     """The export carries every problem's reference, so `load(p)` works for each problem from
-    the wheel alone, with no release at all and beside a release of another problem."""
+    the wheel alone, with no release at all and beside a release of another problem: the
+    built-ins and a user's problem (from AUTOWEB_PROBLEM_DIRS) alike."""
+    from tests.kernels.test_cli import ROWSCALE
+
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "rowscale.py").write_text(ROWSCALE)
+    monkeypatch.setenv("AUTOWEB_PROBLEM_DIRS", str(users))
     if with_release:
         Idea.objects.filter(pk=search.idea_id).update(target_kinds=["interpret"])
         search.refresh_from_db()
@@ -380,7 +387,7 @@ for name, case in cases.items():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     routes = dict(line.split() for line in out.stdout.split("\n") if line.strip())
-    assert set(routes) == set(cases) and len(cases) >= 8
+    assert set(routes) == set(cases) and len(cases) >= 9 and "rowscale" in routes
     released = {"softmax"} if with_release else set()
     assert {p for p, r in routes.items() if r == "kernel"} == released, routes
 

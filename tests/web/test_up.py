@@ -64,9 +64,10 @@ def test_up_serves_the_app_runs_a_demo_search_and_stops_every_process(tmp_path):
             if db.exists():
                 with sqlite3.connect(db) as c:
                     try:
+                        # The demo search's own trials, not the imported reports'.
                         trials = c.execute(
                             "select count(*) from searches_trial where status in "
-                            "('kept','reverted','failed')"
+                            "('kept','reverted','failed') and proposer != 'imported'"
                         ).fetchone()[0]
                     except sqlite3.OperationalError:
                         trials = 0
@@ -83,6 +84,7 @@ def test_up_serves_the_app_runs_a_demo_search_and_stops_every_process(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert "login: demo / demo-test-pw" in out
     assert "redis: redis://127.0.0.1:" in out  # embedded, since REDIS_URL was unset
+    assert "review queue: 3 candidates wait for review, 3 of them imported H200 reports" in out
     time.sleep(1)
     alive = [
         p
@@ -291,3 +293,24 @@ def test_grant_role_gives_and_takes_a_role_and_refuses_bad_input():
     with pytest.raises(CommandError, match="unknown role 'admins'"):
         call_command("grant_role", "bob", "admins")
     assert not bob.groups.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_imports_real_h200_reports_to_review_once(redis_url, settings, tmp_path):
+    from library import selectors
+    from searches.management.commands.up import DEMO_USER, Command
+    from searches.models import ReportImport, Search
+
+    settings.VAR_DIR = tmp_path
+    first, again = Command(), Command()
+    first._demo_user()
+    said = first._demo_reports()
+    assert said == "3 candidates wait for review, 3 of them imported H200 reports"
+    queue = selectors.review_queue().trials
+    assert sorted(t.search.idea.problem for t in queue) == ["layernorm", "rmsnorm", "softmax"]
+    assert all(t.imported.kind == "h200" and t.imported.host == "vm" for t in queue)
+    assert {t.imported.imported_by.username for t in queue} == {DEMO_USER}
+    # A restart imports nothing again.
+    again._demo_user()
+    assert again._demo_reports() == said
+    assert ReportImport.objects.count() == 3 and Search.objects.count() == 3

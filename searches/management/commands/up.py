@@ -6,7 +6,8 @@ directory, persisting nothing), then daphne (HTTP + websockets), the orchestrato
 queue) and the local GPU workers (CUDA if present: `--workers-per-gpu` for each visible GPU,
 default 4, each pinned to its GPU with CUDA_VISIBLE_DEVICES, so that one candidate compiles and
 verifies while another is timed under the GPU's lock; else one on Triton's CPU interpreter),
-starts a demo tuner search on softmax, and prints the URL. Ctrl-C stops every process it started.
+starts a demo tuner search on softmax, imports a few real H200 reports to review (DEMO_REPORTS;
+a restart imports nothing again), and prints the URL. Ctrl-C stops every process it started.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ DEMO_USER = "demo"
 RESTARTS_MAX = 5
 RESTARTS_WINDOW_S = 60.0
 DEMO_TITLE = "Demo: tune the softmax seed's knobs"
+# Real H200 reports (docs/benchmarks/h200/) imported at start, so that a machine without a GPU
+# has candidates to review: tuned softmax, rmsnorm and layernorm kernels, each faster than
+# eager and torch.compile beyond its noise. Approving one waits for an h200 worker.
+DEMO_REPORTS = (
+    ("docs/benchmarks/h200/proof-2026-12-02-c.json", ("softmax", "rmsnorm", "layernorm")),
+)
 
 
 def free_port() -> int:
@@ -114,8 +121,10 @@ class Command(BaseCommand):
             self._spawn(f"orchestrator{i}", [py, manage, "orchestrator"], env)
         kind = self._kind(device)
         names = self._spawn_workers(py, device, kind, env)
+        demo = ""
         if not no_demo:
             self._demo_search(kind)
+            demo = f"\n  review queue: {self._demo_reports()}"
         url = f"http://{host}:{port}/"
         self.stdout.write(
             self.style.SUCCESS(
@@ -126,6 +135,7 @@ class Command(BaseCommand):
                     if kind == "interpret"
                     else ""
                 )
+                + demo
                 + "\n  Ctrl-C stops everything.\n"
             )
         )
@@ -300,6 +310,20 @@ class Command(BaseCommand):
                 )
             search = services.start_search(idea=idea, user=user)
             orchestrator.enqueue_search(search)
+
+    def _demo_reports(self) -> str:
+        """Import DEMO_REPORTS as the demo user (again: no change); says what waits."""
+        from library import selectors
+        from searches import imports
+
+        user = get_user_model().objects.get(username=DEMO_USER)
+        for path, problems in DEMO_REPORTS:
+            imports.import_file(Path(settings.BASE_DIR) / path, user=user, problems=list(problems))
+        waiting = selectors.review_queue().trials
+        imported = sum(1 for t in waiting if getattr(t, "imported", None) is not None)
+        return (
+            f"{len(waiting)} candidates wait for review, {imported} of them imported H200 reports"
+        )
 
     # -- stop -----------------------------------------------------------------------------------
 
