@@ -95,9 +95,7 @@ def test_a_trial_a_worker_has_taken_finishes_before_the_search_does(
     assert "waiting for an h200 worker" not in html  # one is online, and has it
 
 
-def test_a_stopped_search_left_with_a_job_the_orchestrator_re_enqueued_still_ends(
-    stuck, redis_url
-):
+def test_a_stopped_search_left_with_a_job_the_orchestrator_re_enqueued_still_ends(stuck, redis_url):
     """A lost evaluation is queued again by the stopping pass; the same pass withdraws it."""
     trial = stuck.trials.get()
     redis_url.delete(rq_queue(queue_name("h200"), redis_url).key)
