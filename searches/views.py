@@ -126,6 +126,7 @@ def _idea_form(data: Any = None) -> IdeaForm:
         user_problems=[p["name"] for p in listing.users],
         broken_problems=listing.broken,
         online_kinds=online.kinds,
+        online_known=not online.redis_error,
         models=models,
         packs=list(packs.available("model")),
         endpoints=endpoints.choices(),
