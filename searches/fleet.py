@@ -16,7 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from kernels.worker import kind_last_seen, online_workers, queue_name, rq_queue
-from searches.models import Worker
+from searches.models import Search, Trial, Worker
 
 # A page waits at most this long for Redis before saying it is unreachable.
 REDIS_TIMEOUT_S = 1.0
@@ -184,3 +184,35 @@ def waiting_for(kind: str) -> str | None:
         return f"waiting for {article} {kind} worker (none has been online)"
     when = timezone.localtime(datetime.fromtimestamp(seen, tz=UTC))
     return f"waiting for {article} {kind} worker (none online since {when:%Y-%m-%d %H:%M %Z})"
+
+
+def search_kind(search: Search) -> str:
+    """The GPU kind a search's trials run on (the orchestrator's `Loop.kind`)."""
+    return (search.idea.target_kinds or ["interpret"])[0]
+
+
+def trial_waiting(trial: Trial) -> str | None:
+    """Why an active search's trial not yet taken by a worker has not started, when no worker
+    of its kind is online; None otherwise."""
+    if trial.status not in (Trial.Status.PROPOSED, Trial.Status.QUEUED):
+        return None
+    if not trial.search.is_active:
+        return None
+    return waiting_for(search_kind(trial.search))
+
+
+def search_waiting(search: Search) -> str | None:
+    """`trial 3 is waiting for an h200 worker (none online since ...)` for an active search
+    whose oldest trial not yet taken by a worker cannot be, for want of a worker online."""
+    if not search.is_active:
+        return None
+    trial = (
+        search.trials.filter(status__in=(Trial.Status.PROPOSED, Trial.Status.QUEUED))
+        .only("index")
+        .order_by("index")
+        .first()
+    )
+    if trial is None:
+        return None
+    why = waiting_for(search_kind(search))
+    return f"trial {trial.index} is {why}" if why else None

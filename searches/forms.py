@@ -96,6 +96,11 @@ class IdeaForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="Model-family context the LLM's prompt carries (see Context packs).",
     )
+    start_anyway = forms.BooleanField(
+        label="Submit even if no worker of a chosen kind is online",
+        required=False,
+        help_text="Its search then waits until one starts, and says so.",
+    )
     max_trials = forms.IntegerField(
         label="Max trials", min_value=1, max_value=MAX_TRIALS_CAP, initial=50
     )
@@ -136,6 +141,7 @@ class IdeaForm(forms.Form):
         user_problems: Iterable[str] = (),
         broken_problems: Iterable[str] = (),
         online_kinds: Iterable[str] = (),
+        online_known: bool = True,
         models: Iterable[str] = (),
         packs: Iterable[str] = (),
         endpoints: Iterable[tuple[str, str]] = (),
@@ -154,12 +160,16 @@ class IdeaForm(forms.Form):
         groups = [(label, choices) for label, choices in groups if choices]
         self.fields["problem"].choices = [("Built-in", builtin), *groups] if groups else builtin
         online = sorted(set(online_kinds))
+        # Unknown (Redis unreachable): no kind is called offline, nothing asked.
+        self.offline_checked = online_known
+        self.online = frozenset(online)
         self.fields["target_kinds"].choices = kind_choices(online)
         self.fields["target_kinds"].help_text = (
             f"Workers online now: {', '.join(online)}. " if online else "No worker is online now. "
         ) + "A search for a kind with no worker online waits until one starts, and says so."
         # The form's script asks before submitting for a kind with no worker online.
-        self.fields["target_kinds"].widget.attrs["data-online"] = " ".join(online)
+        if online_known:
+            self.fields["target_kinds"].widget.attrs["data-online"] = " ".join(online)
         if not self.is_bound and len(online) == 1:
             self.initial.setdefault("target_kinds", online)  # the only kind that can run now
         self.fields["proposer"].choices = proposer_choices(models)
@@ -167,6 +177,15 @@ class IdeaForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        offline = [k for k in data.get("target_kinds") or [] if k not in self.online]
+        if self.offline_checked and offline and not data.get("start_anyway"):
+            # Asked, not refused: a search aimed at a kind with no worker would wait unseen.
+            self.add_error(
+                "target_kinds",
+                f"No {', '.join(offline)} worker is online now: a search for it waits until "
+                "one starts. Tick “Submit even if no worker of a chosen kind is online” to "
+                "submit it anyway.",
+            )
         if data.get("proposer") == OTHER_MODEL:
             model = (data.get("llm_model") or "").strip()
             if not model:

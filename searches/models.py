@@ -476,6 +476,33 @@ class Trial(models.Model):
         self.started_at = None
         return True
 
+    def withdraw(self) -> None:
+        """Its job left the GPU queue before any worker took it (its search is stopping): not
+        evaluated. Queued -> proposed with no job, that attempt not counted; a confirming trial
+        keeps its status and loses its re-time job. A resumed search queues either again."""
+        if self.status == self.Status.QUEUED:
+            self.status = self.Status.PROPOSED
+            self.attempts = max(0, self.attempts - 1)
+            self.queued_at = None
+        elif self.status == self.Status.CONFIRMING:
+            confirmation = dict(self.confirmation or {})
+            confirmation["attempts"] = max(0, int(confirmation.get("attempts") or 0) - 1)
+            self.confirmation = confirmation
+        else:
+            raise IllegalTransition(
+                f"trial {self.index} of search {self.search_id} is {self.status}: "
+                "only a queued or confirming trial is withdrawn"
+            )
+        self.job_id = None
+
+    @property
+    def holds_no_job(self) -> bool:
+        """Unfinished, with no job queued or running: proposed, or confirming with no re-time
+        job. A stopping search ends once every unfinished trial of it is like this."""
+        return self.status == self.Status.PROPOSED or (
+            self.status == self.Status.CONFIRMING and not self.job_id
+        )
+
     def advance(self, phase: str, now: datetime) -> bool:
         """Move forwards to a running phase. False (no change) when finished or not forwards."""
         if phase not in self.PHASES:

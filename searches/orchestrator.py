@@ -138,6 +138,20 @@ def enqueue_search(search: Search) -> None:
     transaction.on_commit(lambda: enqueue_loop(redis_conn(), sid))
 
 
+def settle_stop(search_id: int) -> None:
+    """A user's stop, settled at once when no orchestrator is driving the search just now (the
+    web calls it after Stop; a loop holding the lease does the same on its next pass): jobs no
+    worker has taken leave their queue and, with nothing of it running, the search finishes."""
+    loop = Loop(search_id)
+    if not loop.acquire(wait_s=0):
+        return
+    try:
+        if Search.objects.filter(pk=search_id, status=Search.Status.STOPPING).exists():
+            loop.step()
+    finally:
+        loop.release()
+
+
 def recover() -> int:
     """Re-enqueue the loop of every active search (orchestrator start-up)."""
     n = 0
@@ -198,9 +212,8 @@ class Loop:
                 search = services.request_stop(search=search, reason=reason)
                 live.search_changed(search)
         if search.status == Search.Status.STOPPING:
-            if not search.trials.filter(status__in=IN_FLIGHT).exists() and self.table_done(
-                search, kind
-            ):
+            self.withdraw_unstarted(search, kind)
+            if not self.running(search) and self.table_done(search, kind):
                 search = services.finish_search(search=search, reason=search.stop_reason)
                 live.search_changed(search)
                 return False
@@ -213,6 +226,33 @@ class Loop:
         kinds = search.idea.target_kinds or ["interpret"]
         return kinds[0]
 
+    def running(self, search: Search) -> bool:
+        """Some evaluation or re-time of the search is queued or on a worker."""
+        unfinished = search.trials.filter(status__in=IN_FLIGHT)
+        return (
+            unfinished.exclude(status=Trial.Status.PROPOSED)
+            .exclude(status=Trial.Status.CONFIRMING, job_id__isnull=True)
+            .exists()
+        )
+
+    def withdraw_unstarted(self, search: Search, kind: str) -> None:
+        """A stopping search starts nothing new: its jobs no worker has taken yet leave their
+        GPU queue, so a search aimed at a kind with no worker online stops at once. LREM is
+        atomic with a worker's dequeue: a job is either taken by a worker (and finishes) or
+        removed here (and never runs). The trials keep their place (`Trial.withdraw`)."""
+        queue = rq_queue(queue_name(kind), self.conn)
+        waiting = search.trials.filter(
+            status__in=(Trial.Status.QUEUED, Trial.Status.CONFIRMING), job_id__isnull=False
+        )
+        for trial in waiting.order_by("index"):
+            job_id = trial.job_id
+            if not self.conn.lrem(queue.key, 0, job_id):
+                continue
+            with contextlib.suppress(NoSuchJobError):
+                fetch_job(job_id, self.conn).delete(remove_from_queue=False)
+            trial = services.withdraw_trial(trial=trial, job_id=job_id)
+            live.trial_changed(trial)
+
     def capacity(self, kind: str) -> int:
         workers = [w for w in online_workers(self.conn) if w.get("kind") == kind]
         return max(1, len(workers))
@@ -221,19 +261,21 @@ class Loop:
 
     def reconcile(self, search: Search, kind: str) -> None:
         queue = rq_queue(queue_name(kind), self.conn)
+        stopping = search.status == Search.Status.STOPPING  # it starts nothing new
         StartedJobRegistry(queue=queue).cleanup()  # jobs of dead workers become "failed"
         confirming = False
         for trial in search.trials.filter(status__in=IN_FLIGHT).order_by("index"):
             if trial.status == Trial.Status.CONFIRMING and not trial.job_id:
                 # One confirmation at a time per search, oldest trial first: each is judged
                 # against the incumbent the one before it may have replaced.
-                if not confirming:
+                if not confirming and not stopping:
                     self.enqueue_confirmation(trial, kind)
                     confirming = True
                 continue
             confirming = confirming or trial.status == Trial.Status.CONFIRMING
             if trial.status == Trial.Status.PROPOSED or not trial.job_id:
-                self.enqueue(trial, kind, attempt=trial.attempts + 1)
+                if not stopping:
+                    self.enqueue(trial, kind, attempt=trial.attempts + 1)
                 continue
             job = None
             try:
@@ -390,6 +432,18 @@ class Loop:
             services.record_table(
                 search=search,
                 timed={"error": f"timing the table's trials failed (job {status or 'lost'})"},
+                kernels=[],
+            )
+            return True
+        if (
+            status == JobStatus.QUEUED
+            and not any(w.get("kind") == kind for w in online_workers(self.conn))
+            and self.conn.lrem(rq_queue(queue_name(kind), self.conn).key, 0, job.id)
+        ):  # every worker of its kind left before taking it: the search stops without a table
+            job.delete(remove_from_queue=False)
+            services.record_table(
+                search=search,
+                timed={"error": f"no {kind} worker online to time the table"},
                 kernels=[],
             )
             return True

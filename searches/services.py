@@ -638,6 +638,23 @@ def mark_trial_queued(*, trial: Trial, job_id: str) -> Trial:
 
 
 @transaction.atomic
+def withdraw_trial(*, trial: Trial, job_id: str) -> Trial:
+    """`job_id` was taken out of its GPU queue before any worker took it (`Trial.withdraw`).
+    No change if the trial has moved on to another job since."""
+    locked = Trial.objects.select_for_update().get(pk=trial.pk)
+    if locked.job_id != job_id or locked.status not in (
+        Trial.Status.QUEUED,
+        Trial.Status.CONFIRMING,
+    ):
+        return locked
+    locked.withdraw()
+    locked.save(
+        update_fields=["status", "job_id", "attempts", "queued_at", "confirmation", "updated_at"]
+    )
+    return locked
+
+
+@transaction.atomic
 def mark_trial_phase(*, trial: Trial, phase: str) -> Trial:
     """Progress from the worker. A phase that would go backwards, or a repeat, changes nothing."""
     if phase not in Trial.PHASES:

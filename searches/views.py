@@ -7,6 +7,7 @@ it swaps in, a plain one a redirect, so every page works without JavaScript.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -26,9 +27,10 @@ from searches import live, rendering, roles, selectors, services
 from searches.errors import DomainError
 from searches.fleet import fleet, measured_ceilings
 from searches.forms import IdeaForm
-from searches.models import Trial
-from searches.orchestrator import enqueue_search
+from searches.orchestrator import enqueue_search, settle_stop
 from searches.reports import report_view
+
+log = logging.getLogger(__name__)
 
 TRIALS_PER_PAGE = 50
 QUEUE_FAILED = (
@@ -124,6 +126,7 @@ def _idea_form(data: Any = None) -> IdeaForm:
         user_problems=[p["name"] for p in listing.users],
         broken_problems=listing.broken,
         online_kinds=online.kinds,
+        online_known=not online.redis_error,
         models=models,
         packs=list(packs.available("model")),
         endpoints=endpoints.choices(),
@@ -219,7 +222,12 @@ def search_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _control(
-    request: HttpRequest, pk: int, action: Callable[..., Any], *, enqueue: bool = False
+    request: HttpRequest,
+    pk: int,
+    action: Callable[..., Any],
+    *,
+    enqueue: bool = False,
+    then: Callable[[int], None] | None = None,
 ) -> HttpResponse:
     search = selectors.search_for_user(request.user, pk)
     error = ""
@@ -233,6 +241,12 @@ def _control(
         error = " ".join(exc.messages)
     except redis.RedisError as exc:
         error = QUEUE_FAILED.format(error=type(exc).__name__)
+    else:
+        if then is not None:
+            try:
+                then(pk)
+            except redis.RedisError as exc:  # saved; an orchestrator settles it when it can
+                log.warning("search %s: settling the stop failed: %s", pk, exc)
     if _htmx(request):
         search = selectors.search_for_user(request.user, pk)
         return render(
@@ -257,7 +271,8 @@ def search_resume(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 def search_stop(request: HttpRequest, pk: int) -> HttpResponse:
-    return _control(request, pk, services.stop_search)
+    # Nothing of it running (say, a trial waits for a kind with no worker online): it ends now.
+    return _control(request, pk, services.stop_search, then=settle_stop)
 
 
 # -- trials -----------------------------------------------------------------------------------
@@ -285,14 +300,6 @@ def trial_detail(request: HttpRequest, pk: int, index: int) -> HttpResponse:
             "source_html": rendering.python(trial.source),
             "diff_html": diff_html,
             "report": report_view(trial.report),
-            "waiting": _waiting(trial),
+            "waiting": fleet_module.trial_waiting(trial),
         },
     )
-
-
-def _waiting(trial: Any) -> str | None:
-    """For a trial not yet picked up by a worker: why, when no worker of its kind is online."""
-    if trial.status not in (Trial.Status.PROPOSED, Trial.Status.QUEUED):
-        return None
-    kinds = trial.search.idea.target_kinds or ["interpret"]
-    return fleet_module.waiting_for(kinds[0])

@@ -27,6 +27,7 @@ from searches.errors import redact
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 60.0
+WANTED_S = 1.0  # how often a retry's wait asks whether the reply is still wanted
 
 
 class LLMError(Exception):
@@ -42,7 +43,8 @@ class LLMUnavailable(LLMError):
 
 
 class LeaseLost(LLMError):
-    """Another orchestrator took the search over while the reply streamed."""
+    """The reply is no longer wanted: another orchestrator took the search over while it
+    streamed, or the search stopped while a retry waited."""
 
 
 DEFAULT, DECLARED, CUSTOM = "default", "declared", "custom"
@@ -132,7 +134,8 @@ def complete(
     on_delta: Callable[[str], None] = lambda text: None,
     on_retry: Callable[[int, str, float], None] = lambda attempt, why, wait: None,
     cancelled: threading.Event | None = None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
+    wanted: Callable[[], bool] = lambda: True,
     clock: Callable[[], float] = time.monotonic,
 ) -> Completion:
     """Stream one reply; `on_delta` gets the text as it arrives (also of attempts later retried).
@@ -140,7 +143,9 @@ def complete(
     Rate limits, 5xx and timeouts are retried with backoff for `limits.retry_s` (and at most
     `limits.attempts` times, if set); then `LLMUnavailable` names every distinct cause seen.
 
-    `cancelled` (set from another thread) aborts between chunks with `LeaseLost`.
+    `cancelled` (set from another thread) aborts between chunks with `LeaseLost`, and so does
+    `wanted()` turning false while a retry waits (asked every WANTED_S; the search stopped):
+    a stop during an outage does not wait out the retry window. `sleep` replaces that wait.
     """
     causes: list[str] = []  # distinct, in the order first seen
     started = clock()
@@ -178,11 +183,29 @@ def complete(
             "LLM %s attempt %d failed (%s); retrying in %.1f s", endpoint.model, attempt, why, wait
         )
         on_retry(attempt, why, wait)
-        sleep(wait)
+        if sleep is not None:
+            sleep(wait)
+        elif not _wait(wait, cancelled, wanted):
+            raise LeaseLost(f"stopped while waiting to retry (causes: {'; '.join(causes)})"[:1000])
     raise LLMUnavailable(
         f"the LLM endpoint gave no reply after {attempt} attempts in {spent:.0f} s "
         f"(retry window {limits.retry_s:g} s; causes: {'; '.join(causes)})"[:1000]
     )
+
+
+def _wait(seconds: float, cancelled: threading.Event | None, wanted: Callable[[], bool]) -> bool:
+    """Sleep `seconds`; False as soon as `cancelled` is set or `wanted()` is false."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        step = min(left, WANTED_S)
+        if cancelled is not None:
+            if cancelled.wait(step):
+                return False
+        else:
+            time.sleep(step)
+        if not wanted():
+            return False
+    return True
 
 
 class _ReplyTooSlow(Exception):

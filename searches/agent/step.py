@@ -245,7 +245,7 @@ def propose(
         # A user's stop ends the reply early instead of after minutes of tokens nobody uses.
         if time.monotonic() - checked[0] > STOP_CHECK_S:
             checked[0] = time.monotonic()
-            if not Search.objects.filter(pk=search.pk, status=Search.Status.RUNNING).exists():
+            if not _running(search.pk):
                 lost.set()
 
     try:
@@ -257,6 +257,7 @@ def propose(
                 on_delta=delta,
                 on_retry=retrying,
                 cancelled=lost,
+                wanted=lambda: _running(search.pk),
             )
     except llm.LeaseLost:
         stream.write("\n[stopped]\n")
@@ -272,6 +273,10 @@ def propose(
         return None
     stream.flush()
     return record(search, endpoint.model, assembled, done, step=step, enqueue=enqueue)
+
+
+def _running(search_id: int) -> bool:
+    return Search.objects.filter(pk=search_id, status=Search.Status.RUNNING).exists()
 
 
 def record(

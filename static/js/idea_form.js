@@ -1,10 +1,12 @@
 // The idea form: ask before submitting for a GPU kind with no worker online (its search would
-// wait for one). The server accepts either way; this only makes the wait a choice.
+// wait for one). Yes ticks the form's "Submit even if no worker ... is online" box, which the
+// server asks for itself when the box is not ticked (so the form asks without this script too).
 (function () {
   function offlineKinds(form) {
     const boxes = form.querySelectorAll('input[name="target_kinds"]');
     if (!boxes.length) return [];
-    const online = (boxes[0].dataset.online || "").split(" ").filter(Boolean);
+    if (boxes[0].dataset.online === undefined) return []; // unknown: Redis is unreachable
+    const online = boxes[0].dataset.online.split(" ").filter(Boolean);
     return Array.from(boxes)
       .filter((box) => box.checked && !online.includes(box.value))
       .map((box) => box.value);
@@ -20,9 +22,12 @@
   document.addEventListener("htmx:confirm", function (evt) {
     const form = evt.detail.elt;
     if (!form || form.id !== "idea-form") return;
+    const anyway = form.querySelector('input[name="start_anyway"]');
     const kinds = offlineKinds(form);
-    if (!kinds.length) return;
+    if (!kinds.length || (anyway && anyway.checked)) return;
     evt.preventDefault();
-    if (window.confirm(message(kinds))) evt.detail.issueRequest(true);
+    if (!window.confirm(message(kinds))) return;
+    if (anyway) anyway.checked = true;
+    evt.detail.issueRequest(true);
   });
 })();

@@ -5,7 +5,9 @@ client in tests (never a mock).
 chunks when the request asks for `stream`, with a usage chunk when it asks for
 `stream_options.include_usage`; plain JSON otherwise), or an HTTP error with an OpenAI-shaped
 body (429 with Retry-After, 500, 401, 404...), optionally after a delay or a pause between
-chunks. When the script runs out, the last step repeats. Every request body is recorded, with
+chunks. When the script runs out, the last step repeats. `outage(seconds, *errors)` makes
+every request for that long get the errors in turn (scripted steps wait until it is over), for
+an endpoint that is down for a while and then recovers. Every request body is recorded, with
 its headers (`_headers`, lower-case names; `_authorization`, "" when none was sent).
 `GET /v1/models` lists the models the server knows.
 """
@@ -40,9 +42,15 @@ class Script:
     steps: list[Step] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    down_until: float = 0.0  # time.monotonic()
+    down_errors: list[Step] = field(default_factory=list)
+    down_hits: int = 0
 
     def next(self) -> Step:
         with self.lock:
+            if time.monotonic() < self.down_until:
+                self.down_hits += 1
+                return self.down_errors[(self.down_hits - 1) % len(self.down_errors)]
             if not self.steps:
                 return Step(reply="no scripted reply")
             return self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
@@ -50,6 +58,14 @@ class Script:
     def add(self, *steps: Step) -> None:
         with self.lock:
             self.steps.extend(steps)
+
+    def outage(self, seconds: float, *errors: Step) -> None:
+        """From now on, for `seconds`, answer every request with `errors` in turn (default: 503);
+        `outage(0)` ends one now."""
+        with self.lock:
+            self.down_until = time.monotonic() + seconds
+            self.down_errors = list(errors) or [Step(status=503, message="down for maintenance")]
+            self.down_hits = 0
 
 
 def _error(status: int, message: str) -> dict[str, Any]:

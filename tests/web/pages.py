@@ -26,6 +26,7 @@ HOSTILE_RAW = ("<script>alert(1)</script>", "<img src=x onerror=alert(1)>", 'hx-
 
 PAGE_SCRIPTS = ["/static/vendor/htmx-2.0.11.min.js", "/static/vendor/htmx-ext-ws-2.0.4.js"]
 CHART_SCRIPTS = ["/static/vendor/plotly-4.1.1.min.js", "/static/js/charts.js"]
+IDEA_FORM_SCRIPTS = ["/static/js/idea_form.js"]  # asks before submitting for an offline kind
 CHART_SLOT = re.compile(r"/(charts/dashboard|charts/problems/[a-z0-9_]+|searches/\d+/charts)")
 
 
@@ -40,7 +41,7 @@ class _Markup(HTMLParser):
 
 def assert_inert(html: str) -> None:
     """No element or attribute that hostile text could have planted is live in `html`: the
-    page's own two scripts only, no <img>, no event handler, no htmx attribute aimed at /x."""
+    page's own scripts only, no <img>, no event handler, no htmx attribute aimed at /x."""
     parser = _Markup()
     parser.feed(html)
     # Chart data is JSON in <script type="application/json"> (escaped by json_script): not code.
@@ -49,7 +50,11 @@ def assert_inert(html: str) -> None:
         for tag, attrs in parser.tags
         if tag == "script" and attrs.get("type") != "application/json"
     ]
-    assert scripts in (PAGE_SCRIPTS, PAGE_SCRIPTS + CHART_SCRIPTS), scripts
+    assert scripts in (
+        PAGE_SCRIPTS,
+        PAGE_SCRIPTS + CHART_SCRIPTS,
+        PAGE_SCRIPTS + IDEA_FORM_SCRIPTS,
+    ), scripts
     assert not [attrs for tag, attrs in parser.tags if tag == "img"]
     for tag, attrs in parser.tags:
         assert not [name for name in attrs if name.startswith("on")], (tag, attrs)

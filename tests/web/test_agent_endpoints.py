@@ -341,6 +341,7 @@ def test_the_idea_form_offers_endpoints_by_name_and_refuses_a_private_url(
         "title": "private",
         "problem": "softmax",
         "target_kinds": ["interpret"],
+        "start_anyway": "on",  # no worker online in this test
         "proposer": "llm:other",
         "llm_model": "model-a",
         "llm_endpoint": "custom",

@@ -4,6 +4,7 @@ retries with backoff, fatal errors, timeouts."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -159,6 +160,28 @@ def test_a_lost_lease_aborts_the_stream(server):
     cancelled.set()
     with pytest.raises(llm.LeaseLost):
         _call(server, cancelled=cancelled)
+
+
+def test_a_stop_while_a_retry_waits_ends_the_wait_at_once(server):
+    """During an outage the wait between attempts can last a minute and the window ten: a
+    search stopped meanwhile gives the reply up within a second, with the causes seen."""
+    server.script.add(Step(status=503, message="down"))
+    wanted = [True]
+
+    def stopped_now(attempt: int, why: str, wait: float) -> None:
+        wanted[0] = False  # the user stops the search as the first retry starts waiting
+
+    started = time.monotonic()
+    with pytest.raises(llm.LeaseLost, match="while waiting to retry .*503: down"):
+        llm.complete(
+            llm.Endpoint(model="model-a", base_url=server.base_url, api_key=KEY),
+            MESSAGES,
+            limits=llm.Limits(timeout_s=5, retry_s=600, backoff_s=30.0, max_tokens=100),
+            on_retry=stopped_now,
+            wanted=lambda: wanted[0],
+        )
+    assert time.monotonic() - started < 5
+    assert len(server.requests) == 1
 
 
 def test_the_endpoint_repr_hides_the_key():

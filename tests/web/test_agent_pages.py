@@ -150,6 +150,7 @@ def test_the_idea_form_offers_llm_models_packs_and_a_token_budget(engineer_clien
         "title": "agent softmax",
         "problem": "softmax",
         "target_kinds": ["interpret"],
+        "start_anyway": "on",  # no worker online in this test
         "proposer": "llm:other",
         "llm_model": "deepseek-ai/DeepSeek-V3",
         "context_packs": ["deepseek-mla-sparse"],
@@ -170,6 +171,7 @@ def test_the_idea_form_says_what_is_wrong_with_an_llm_choice(engineer_client):
         "title": "agent softmax",
         "problem": "softmax",
         "target_kinds": ["interpret"],
+        "start_anyway": "on",  # no worker online in this test
         "proposer": "llm:other",
         "llm_model": "",
         "context_packs": ["no-such-pack"],

@@ -136,6 +136,7 @@ def test_the_idea_form_offers_the_users_problems_and_takes_an_idea_on_one(
             "title": "scale rows",
             "problem": "rowscale",
             "target_kinds": ["interpret"],
+            "start_anyway": "on",  # no worker online in this test
             "proposer": "tuner",
             "max_trials": 3,
             "max_gpu_minutes": 5,

@@ -165,3 +165,47 @@ def test_the_gpus_page_lists_each_kinds_live_workers(engineer_client, redis_url)
     assert "<code>gpuhost:gpu0</code>" in table and "<code>autoweb-trial-7-a1</code>" in table
     assert "<code>gpuhost:gpu1</code>" in table and "idle" in table
     assert " s ago" in table
+
+
+def _idea_post(**extra):
+    return {
+        "title": "Softmax for the H200",
+        "problem": "softmax",
+        "target_kinds": ["h200"],
+        "proposer": "tuner",
+        "max_trials": "5",
+        "max_gpu_minutes": "5",
+        "max_wall_minutes": "5",
+        **extra,
+    }
+
+
+def test_the_idea_form_asks_before_taking_an_idea_for_a_kind_with_no_worker_online(
+    engineer_client, redis_url
+):
+    from searches.models import Idea
+
+    url = reverse("searches:idea_new")
+    response = engineer_client.post(url, _idea_post())
+    html = response.content.decode()
+    assert response.status_code == 400 and not Idea.objects.exists()
+    assert "No h200 worker is online now: a search for it waits until one starts." in html
+    assert 'value="Softmax for the H200"' in html  # nothing typed was lost
+    assert 'name="start_anyway"' in html
+    # The user says yes: the idea is taken.
+    response = engineer_client.post(url, _idea_post(start_anyway="on"))
+    assert response.status_code == 302 and Idea.objects.get().target_kinds == ["h200"]
+    # With an h200 worker online there is nothing to ask.
+    register(redis_url, "gpuhost:gpu0", H200_INFO)
+    response = engineer_client.post(url, _idea_post(title="second"))
+    assert response.status_code == 302 and Idea.objects.count() == 2
+
+
+def test_with_redis_unreachable_the_idea_form_calls_no_kind_offline(engineer_client, dead_redis):
+    from searches.models import Idea
+
+    url = reverse("searches:idea_new")
+    html = engineer_client.get(url).content.decode()
+    assert "data-online" not in html  # the script asks nothing either
+    response = engineer_client.post(url, _idea_post())
+    assert response.status_code == 302 and Idea.objects.get().target_kinds == ["h200"]
