@@ -119,9 +119,12 @@ def running_searches(limit: int = 50) -> list[Search]:
 
 
 def recent_wins(limit: int = 10) -> list[Trial]:
-    """Kept trials, the most recently judged first."""
+    """Kept trials that were timed and beat a baseline (eager or torch.compile), the most
+    recently judged first. A search keeps its first correct candidate as the incumbent even
+    when it is slower than both, or untimed (the CPU interpreter): neither is a win."""
+    beat_a_baseline = Q(speedup_eager__gt=1.0) | Q(speedup_compiled__gt=1.0)
     return list(
-        Trial.objects.filter(status=Trial.Status.KEPT)
+        Trial.objects.filter(beat_a_baseline, status=Trial.Status.KEPT, geomean_ms__isnull=False)
         .select_related("search__idea")
         .defer(*_HEAVY_TRIAL_FIELDS)
         .order_by("-finished_at", "-id")[:limit]
