@@ -18,6 +18,7 @@ from searches.models import (
     MAX_WALL_MINUTES_CAP,
     TUNER,
 )
+from searches.services import MAX_DESCRIPTION, MAX_TITLE
 
 # GPU kinds offered even when no worker of that kind is online (the search then waits for one).
 KNOWN_KINDS = ("interpret", "h200", "h100", "b200", "a100", "l40s")
@@ -42,12 +43,31 @@ def kind_choices(online_kinds: Iterable[str] = ()) -> list[tuple[str, str]]:
     return [(k, KIND_LABELS.get(k, k) + (" · online" if k in online else "")) for k in kinds]
 
 
+TUNER_IGNORES_TEXT = (
+    "The built-in tuner does not read this text: it searches the # tune: knobs of the sketch "
+    "(or of the problem's seed). The text is for the people reading the idea."
+)
+
+
+def _within(value: str, what: str, limit: int) -> str:
+    if len(value) > limit:
+        raise ValidationError(
+            f"The {what} is {len(value):,} characters; keep it within {limit:,}.", code="too_long"
+        )
+    return value
+
+
 class IdeaForm(forms.Form):
-    title = forms.CharField(max_length=200)
+    # The lengths are checked by clean_* (and by the service), never by a maxlength attribute:
+    # a browser cuts pasted text at maxlength without a word, and the user would not know.
+    title = forms.CharField()
     description = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 6}),
-        help_text="Markdown. What to try and why.",
+        help_text=(
+            f"Markdown, up to {MAX_DESCRIPTION:,} characters. What to try and why: an LLM "
+            "agent reads it in its prompt."
+        ),
     )
     problem = forms.ChoiceField(
         error_messages={"invalid_choice": "Unknown problem %(value)s: choose one from the list."},
@@ -153,9 +173,20 @@ class IdeaForm(forms.Form):
         groups = [("Your problems", users), ("Failed to load", broken)]
         groups = [(label, choices) for label, choices in groups if choices]
         self.fields["problem"].choices = [("Built-in", builtin), *groups] if groups else builtin
-        self.fields["target_kinds"].choices = kind_choices(online_kinds)
+        online = sorted(set(online_kinds))
+        self.fields["target_kinds"].choices = kind_choices(online)
+        if not self.is_bound and len(online) == 1:
+            self.initial.setdefault("target_kinds", online)  # the only kind that can run now
         self.fields["proposer"].choices = proposer_choices(models)
         self.fields["context_packs"].choices = [(name, name) for name in packs]
+
+    tuner_note = TUNER_IGNORES_TEXT  # shown under the description while the tuner is chosen
+
+    def clean_title(self) -> str:
+        return _within(self.cleaned_data["title"], "title", MAX_TITLE)
+
+    def clean_description(self) -> str:
+        return _within(self.cleaned_data["description"], "description", MAX_DESCRIPTION)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
