@@ -4,6 +4,7 @@ fields, so the user sees every mistake next to what they typed."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -226,3 +227,76 @@ class IdeaForm(forms.Form):
             "llm_base_url": data.get("llm_base_url") or None,
             "llm_api_key": data.get("llm_api_key") or None,
         }
+
+
+class TrialFilterForm(forms.Form):
+    """The search page's trial table: filter by status, speedup and knob values, and sort.
+
+    A GET form: its fields are the page's query string, kept by every pager link. One field per
+    `# tune:` knob of the search's start source (``knob.NAME``), offering that knob's choices.
+    Bad values get an error next to the field and the table shows every trial.
+    """
+
+    status = forms.ChoiceField(required=False)
+    min_speedup = forms.FloatField(
+        label="min speedup vs eager", required=False, min_value=0, max_value=1e6
+    )
+    sort = forms.ChoiceField(required=False)
+
+    def __init__(self, data: Any, *, knobs: Iterable[Any] = ()) -> None:
+        from searches.selectors import TRIAL_SORTS, TRIAL_STATUS_FILTERS
+
+        super().__init__(data)
+        self.knobs = list(knobs)
+        self.fields["status"].choices = [("", "any status")] + [
+            (key, label) for key, (label, _) in TRIAL_STATUS_FILTERS.items()
+        ]
+        sorts = [(key, label) for key, (label, _) in TRIAL_SORTS.items()]
+        for knob in self.knobs:
+            sorts += [
+                (f"knob:{knob.name}", f"{knob.name} ↑"),
+                (f"-knob:{knob.name}", f"{knob.name} ↓"),
+            ]
+        self.fields["sort"].choices = sorts
+        for knob in self.knobs:
+            # Values travel as JSON (1024, true, "fast"): the type the trial's knob_values holds.
+            choices = [(json.dumps(value), str(value)) for value in knob.choices]
+            self.fields[self.knob_field(knob.name)] = forms.ChoiceField(
+                label=knob.name, required=False, choices=[("", "any")] + choices
+            )
+
+    @staticmethod
+    def knob_field(name: str) -> str:
+        return f"knob.{name}"
+
+    @property
+    def knob_fields(self) -> list[Any]:
+        return [self[self.knob_field(knob.name)] for knob in self.knobs]
+
+    def query(self) -> Any:
+        """The selectors.TrialQuery these fields ask for (an invalid form: the default)."""
+        from searches.selectors import TrialQuery
+
+        if not self.is_valid():
+            return TrialQuery()
+        data = self.cleaned_data
+        knobs = {
+            knob.name: json.loads(data[self.knob_field(knob.name)])
+            for knob in self.knobs
+            if data.get(self.knob_field(knob.name))
+        }
+        return TrialQuery(
+            status=data.get("status") or "",
+            min_speedup=data.get("min_speedup"),
+            knobs=knobs,
+            sort=data.get("sort") or "newest",
+        )
+
+    def querystring(self) -> str:
+        """The filters as a query string (no page): what a pager link carries."""
+        if not self.is_valid():
+            return ""
+        from urllib.parse import urlencode
+
+        pairs = [(name, self.data.get(name)) for name in self.fields if self.data.get(name)]
+        return urlencode(pairs)
