@@ -254,8 +254,8 @@ class TrialFilterForm(forms.Form):
         sorts = [(key, label) for key, (label, _) in TRIAL_SORTS.items()]
         for knob in self.knobs:
             sorts += [
-                (f"knob:{knob.name}", f"{knob.name} ↑"),
-                (f"-knob:{knob.name}", f"{knob.name} ↓"),
+                (f"knob:{knob.name}", f"{knob.name} ascending"),
+                (f"-knob:{knob.name}", f"{knob.name} descending"),
             ]
         self.fields["sort"].choices = sorts
         for knob in self.knobs:
