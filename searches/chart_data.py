@@ -187,6 +187,16 @@ def progress_rows(search: Search) -> list[dict[str, Any]]:
     ]
 
 
+def knob_rows(search: Search, limit: int = 2000) -> list[dict[str, Any]]:
+    """The newest timed trials of the search (at most `limit`): index, knob values, speedup."""
+    rows = (
+        Trial.objects.filter(search=search, status__in=ACCEPTED, geomean_ms__isnull=False)
+        .order_by("-index")
+        .values_list("index", "knob_values", "speedup_eager")[:limit]
+    )
+    return [{"index": i, "values": v, "speedup_eager": s} for i, v, s in rows]
+
+
 def burndown_events(search: Search) -> list[dict[str, Any]]:
     """Judged trials in the order they finished: minute since the search started, GPU seconds,
     tokens."""

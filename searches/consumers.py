@@ -4,7 +4,10 @@ Protocol (server -> browser): every text frame is HTML for htmx's ws extension, 
 fragment per frame (table rows and sections cannot share one parse):
 
 - ``<section id="search-status" hx-swap-oob="true">`` -- the status partial
-  (templates/searches/partials/search_status.html, context ``search``);
+  (templates/searches/partials/search_status.html, context ``search``), followed in the same
+  frame by ``<span id="trials-total" hx-swap-oob="true">`` and
+  ``<span id="search-started" hx-swap-oob="true">`` (the trial table's count and the intro's
+  "started ... ago": `live.COUNTS_TEMPLATES`);
 - ``<tr id="trial-N" hx-swap-oob="true">`` rows -- rows the page already shows, or rows of an
   older page (the browser may have paged there), replaced in place
   (templates/searches/partials/trial_row.html, context ``trial`` and ``progress``: the worker's
@@ -196,7 +199,7 @@ class SearchConsumer(AsyncWebsocketConsumer):
             if html is None:  # a bare hint: re-read and render here
                 await self._send(await self._step(_status_only))
             elif event.get("search_id") == self.search_id:
-                text = _status_frame(html, self.csrf_token)
+                text = _status_frame(html, self.csrf_token, event.get("counts"))
                 if text is not None:
                     await self.send(text_data=text)
         elif kind == "rows":
@@ -382,7 +385,8 @@ def _oob(html: str, tag: str, value: str = "true") -> str:
 
 
 def _status(view: View, search: Search) -> str:
-    return _oob(_render(view, STATUS_TEMPLATE, {"search": search}), "section")
+    section = _oob(_render(view, STATUS_TEMPLATE, {"search": search}), "section")
+    return f"{section}\n{live.render_counts(search)}"
 
 
 def _row(view: View, search: Search, trial: Trial, progress: dict | None = None) -> str:
@@ -486,12 +490,19 @@ def _forward_rows(shown: Shown, rows: Any) -> list[str]:
     return frames
 
 
-def _status_frame(html: Any, csrf_token: str) -> str | None:
+_COUNTS = re.compile(r'<span id="(trials-total|search-started)" [^>]*hx-swap-oob="true"')
+
+
+def _status_frame(html: Any, csrf_token: str, counts: Any = None) -> str | None:
     """A status section rendered by `searches.live` for no one, with this browser's CSRF token
-    in its forms (a token for the browser's own cookie, as a page would render it)."""
+    in its forms (a token for the browser's own cookie, as a page would render it), and the
+    live counts that came with it (kept only if they are the counts partials' spans)."""
     if not isinstance(html, str) or not html.startswith('<section id="search-status" '):
         return None
-    return _oob(live.CSRF_FIELD.sub(rf"\g<1>{csrf_token}\g<2>", html), "section")
+    text = _oob(live.CSRF_FIELD.sub(rf"\g<1>{csrf_token}\g<2>", html), "section")
+    if isinstance(counts, str) and _COUNTS.match(counts):
+        text += "\n" + counts
+    return text
 
 
 def _inserted(rows: str) -> str:

@@ -4,6 +4,7 @@ fields, so the user sees every mistake next to what they typed."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +19,7 @@ from searches.models import (
     MAX_WALL_MINUTES_CAP,
     TUNER,
 )
+from searches.services import MAX_DESCRIPTION, MAX_TITLE
 
 # GPU kinds offered even when no worker of that kind is online (the search then waits for one).
 KNOWN_KINDS = ("interpret", "h200", "h100", "b200", "a100", "l40s")
@@ -42,12 +44,31 @@ def kind_choices(online_kinds: Iterable[str] = ()) -> list[tuple[str, str]]:
     return [(k, KIND_LABELS.get(k, k) + (" · online" if k in online else "")) for k in kinds]
 
 
+TUNER_IGNORES_TEXT = (
+    "The built-in tuner does not read this text: it searches the # tune: knobs of the sketch "
+    "(or of the problem's seed). The text is for the people reading the idea."
+)
+
+
+def _within(value: str, what: str, limit: int) -> str:
+    if len(value) > limit:
+        raise ValidationError(
+            f"The {what} is {len(value):,} characters; keep it within {limit:,}.", code="too_long"
+        )
+    return value
+
+
 class IdeaForm(forms.Form):
-    title = forms.CharField(max_length=200)
+    # The lengths are checked by clean_* (and by the service), never by a maxlength attribute:
+    # a browser cuts pasted text at maxlength without a word, and the user would not know.
+    title = forms.CharField()
     description = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 6}),
-        help_text="Markdown. What to try and why.",
+        help_text=(
+            f"Markdown, up to {MAX_DESCRIPTION:,} characters. What to try and why: an LLM "
+            "agent reads it in its prompt."
+        ),
     )
     problem = forms.ChoiceField(
         error_messages={"invalid_choice": "Unknown problem %(value)s: choose one from the list."},
@@ -175,6 +196,14 @@ class IdeaForm(forms.Form):
         self.fields["proposer"].choices = proposer_choices(models)
         self.fields["context_packs"].choices = [(name, name) for name in packs]
 
+    tuner_note = TUNER_IGNORES_TEXT  # shown under the description while the tuner is chosen
+
+    def clean_title(self) -> str:
+        return _within(self.cleaned_data["title"], "title", MAX_TITLE)
+
+    def clean_description(self) -> str:
+        return _within(self.cleaned_data["description"], "description", MAX_DESCRIPTION)
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         offline = [k for k in data.get("target_kinds") or [] if k not in self.online]
@@ -222,3 +251,76 @@ class IdeaForm(forms.Form):
             "llm_base_url": data.get("llm_base_url") or None,
             "llm_api_key": data.get("llm_api_key") or None,
         }
+
+
+class TrialFilterForm(forms.Form):
+    """The search page's trial table: filter by status, speedup and knob values, and sort.
+
+    A GET form: its fields are the page's query string, kept by every pager link. One field per
+    `# tune:` knob of the search's start source (``knob.NAME``), offering that knob's choices.
+    Bad values get an error next to the field and the table shows every trial.
+    """
+
+    status = forms.ChoiceField(required=False)
+    min_speedup = forms.FloatField(
+        label="min speedup vs eager", required=False, min_value=0, max_value=1e6
+    )
+    sort = forms.ChoiceField(required=False)
+
+    def __init__(self, data: Any, *, knobs: Iterable[Any] = ()) -> None:
+        from searches.selectors import TRIAL_SORTS, TRIAL_STATUS_FILTERS
+
+        super().__init__(data)
+        self.knobs = list(knobs)
+        self.fields["status"].choices = [("", "any status")] + [
+            (key, label) for key, (label, _) in TRIAL_STATUS_FILTERS.items()
+        ]
+        sorts = [(key, label) for key, (label, _) in TRIAL_SORTS.items()]
+        for knob in self.knobs:
+            sorts += [
+                (f"knob:{knob.name}", f"{knob.name} ascending"),
+                (f"-knob:{knob.name}", f"{knob.name} descending"),
+            ]
+        self.fields["sort"].choices = sorts
+        for knob in self.knobs:
+            # Values travel as JSON (1024, true, "fast"): the type the trial's knob_values holds.
+            choices = [(json.dumps(value), str(value)) for value in knob.choices]
+            self.fields[self.knob_field(knob.name)] = forms.ChoiceField(
+                label=knob.name, required=False, choices=[("", "any")] + choices
+            )
+
+    @staticmethod
+    def knob_field(name: str) -> str:
+        return f"knob.{name}"
+
+    @property
+    def knob_fields(self) -> list[Any]:
+        return [self[self.knob_field(knob.name)] for knob in self.knobs]
+
+    def query(self) -> Any:
+        """The selectors.TrialQuery these fields ask for (an invalid form: the default)."""
+        from searches.selectors import TrialQuery
+
+        if not self.is_valid():
+            return TrialQuery()
+        data = self.cleaned_data
+        knobs = {
+            knob.name: json.loads(data[self.knob_field(knob.name)])
+            for knob in self.knobs
+            if data.get(self.knob_field(knob.name))
+        }
+        return TrialQuery(
+            status=data.get("status") or "",
+            min_speedup=data.get("min_speedup"),
+            knobs=knobs,
+            sort=data.get("sort") or "newest",
+        )
+
+    def querystring(self) -> str:
+        """The filters as a query string (no page): what a pager link carries."""
+        if not self.is_valid():
+            return ""
+        from urllib.parse import urlencode
+
+        pairs = [(name, self.data.get(name)) for name in self.fields if self.data.get(name)]
+        return urlencode(pairs)

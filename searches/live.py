@@ -17,8 +17,10 @@ Messages (``type`` "search.event"), by ``kind``:
   status transition);
 - ``trial``: ``{"trial_id"}`` without HTML, a hint: the consumer re-reads and renders the row
   itself (kept for bare hints; nothing here sends one any more);
-- ``search``: ``{"search_id", "status", "html"}``: the status section; without ``html``, a hint
-  on which the consumer re-reads and renders it itself;
+- ``search``: ``{"search_id", "status", "html", "counts"}``: the status section, and the page's
+  other live facts about the search (``COUNTS_TEMPLATES``: the trial table's "N in all", the
+  intro's "started ... ago") as out-of-band spans; without ``html``, a hint on which the
+  consumer re-reads and renders them itself;
 - ``tokens``: ``{"hint", "text"}``: streamed LLM text, escaped by the consumer.
 """
 
@@ -38,6 +40,9 @@ log = logging.getLogger(__name__)
 
 ROW_TEMPLATE = "searches/partials/trial_row.html"
 STATUS_TEMPLATE = "searches/partials/search_status.html"
+# Facts about the search shown outside the status section, pushed with it (each partial's root
+# is a <span> with an id; `oob` marks it as an out-of-band swap).
+COUNTS_TEMPLATES = ("searches/partials/trials_total.html", "searches/partials/search_started.html")
 # A status section's CSRF token fields; rendered for a placeholder secret, replaced per viewer.
 CSRF_FIELD = re.compile(r'(<input type="hidden" name="csrfmiddlewaretoken" value=")[^"]*(")')
 _PLACEHOLDER_SECRET = "0" * 32
@@ -140,6 +145,13 @@ def render_status(search: Any) -> str:
     return render_to_string(STATUS_TEMPLATE, {"search": search}, request=request).strip()
 
 
+def render_counts(search: Any) -> str:
+    """The page's live facts outside the status section (`COUNTS_TEMPLATES`), as out-of-band
+    spans, ready to follow the status section in one frame."""
+    context = {"search": search, "oob": True}
+    return "\n".join(render_to_string(name, context).strip() for name in COUNTS_TEMPLATES)
+
+
 def search_changed(search: Any) -> None:
     """Push the search's status section, re-read and rendered once, after the commit."""
     search_id = search.pk
@@ -156,12 +168,19 @@ def search_changed(search: Any) -> None:
             if fresh is None:
                 return
             html = render_status(fresh)
+            counts = render_counts(fresh)
         except Exception:  # a section that fails to render must not stop the loop
             log.exception("live status of search %s not rendered", search_id)
             return
         _send(
             search_id,
-            {"kind": "search", "search_id": search_id, "status": fresh.status, "html": html},
+            {
+                "kind": "search",
+                "search_id": search_id,
+                "status": fresh.status,
+                "html": html,
+                "counts": counts,
+            },
         )
 
     transaction.on_commit(push)

@@ -95,6 +95,11 @@ class Idea(models.Model):
         return [line.strip() for line in self.prohibitions.splitlines() if line.strip()]
 
     @property
+    def interpreter_only(self) -> bool:
+        """Aimed only at Triton's CPU interpreter: its time is CPU time, not GPU time."""
+        return bool(self.target_kinds) and set(self.target_kinds) == {"interpret"}
+
+    @property
     def model_name(self) -> str | None:
         """The LLM model for an `llm:<model>` proposer; None for the tuner."""
         if self.proposer.startswith(LLM_PREFIX):

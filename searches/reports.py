@@ -180,3 +180,13 @@ def report_view(report: Any) -> ReportView:
         dtype=_text(report.get("dtype")),
         sandbox=_sandbox(report),
     )
+
+
+def paired_shapes(
+    first: list[ShapeRow], second: list[ShapeRow]
+) -> list[tuple[str, ShapeRow | None, ShapeRow | None]]:
+    """Two reports' per-shape rows matched by shape label, in the first report's order, then
+    any shape only the second has: (label, first's row or None, second's row or None)."""
+    by_label = {row.label: row for row in second}
+    pairs = [(row.label, row, by_label.pop(row.label, None)) for row in first]
+    return pairs + [(label, None, row) for label, row in by_label.items()]

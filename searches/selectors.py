@@ -119,9 +119,12 @@ def running_searches(limit: int = 50) -> list[Search]:
 
 
 def recent_wins(limit: int = 10) -> list[Trial]:
-    """Kept trials, the most recently judged first."""
+    """Kept trials that were timed and beat a baseline (eager or torch.compile), the most
+    recently judged first. A search keeps its first correct candidate as the incumbent even
+    when it is slower than both, or untimed (the CPU interpreter): neither is a win."""
+    beat_a_baseline = Q(speedup_eager__gt=1.0) | Q(speedup_compiled__gt=1.0)
     return list(
-        Trial.objects.filter(status=Trial.Status.KEPT)
+        Trial.objects.filter(beat_a_baseline, status=Trial.Status.KEPT, geomean_ms__isnull=False)
         .select_related("search__idea")
         .defer(*_HEAVY_TRIAL_FIELDS)
         .order_by("-finished_at", "-id")[:limit]
@@ -161,21 +164,115 @@ class Page:
 @dataclass(kw_only=True)
 class TrialPage(Page):
     trials: list[Trial]
+    # Filtered or sorted otherwise than newest first: the live stream inserts no rows into it.
+    narrowed: bool = False
 
 
-def trials_page(search: Search, page: Any = 1, per_page: int = 50) -> TrialPage:
-    """One page of a search's trials, newest first, in two queries whatever the search's size.
+# How the trial table can be sorted: key -> (label, order). "knob:NAME" sorts by a knob's value.
+TRIAL_SORTS = {
+    "newest": ("newest first", ("-index",)),
+    "oldest": ("oldest first", ("index",)),
+    "fastest": ("fastest (geomean)", ("geomean_ms",)),
+    "eager": ("best vs eager", ("-speedup_eager",)),
+    "compiled": ("best vs torch.compile", ("-speedup_compiled",)),
+}
+# Statuses the table filters on: a group of in-flight states, or one verdict.
+TRIAL_STATUS_FILTERS = {
+    "in_flight": ("in flight", Trial.IN_FLIGHT),
+    "kept": ("kept", (Trial.Status.KEPT,)),
+    "reverted": ("reverted", (Trial.Status.REVERTED,)),
+    "failed": ("failed", (Trial.Status.FAILED,)),
+}
+
+
+@dataclass(kw_only=True)
+class TrialQuery:
+    """What the search page's trial table shows: filters (all must hold) and one order.
+
+    `knobs` maps a knob's name to the value it must have (as the trial's `knob_values` stores
+    it); `sort` is a `TRIAL_SORTS` key, or "knob:NAME" / "-knob:NAME" for a knob's value. The
+    names come from a validated form (searches.forms.TrialFilterForm), never raw from a URL.
+    """
+
+    status: str = ""
+    min_speedup: float | None = None  # vs eager
+    knobs: dict[str, Any] = field(default_factory=dict)
+    sort: str = "newest"
+
+    @property
+    def narrowed(self) -> bool:
+        return bool(self.status or self.min_speedup is not None or self.knobs) or (
+            self.sort != "newest"
+        )
+
+    def apply(self, trials: Any) -> Any:
+        if self.status:
+            trials = trials.filter(status__in=TRIAL_STATUS_FILTERS[self.status][1])
+        if self.min_speedup is not None:
+            trials = trials.filter(speedup_eager__gte=self.min_speedup)
+        for name, value in self.knobs.items():
+            trials = trials.filter(**{f"knob_values__{name}": value})
+        return trials.order_by(*self.ordering())
+
+    def ordering(self) -> list[Any]:
+        from django.db.models import F
+        from django.db.models.fields.json import KeyTransform
+
+        if self.sort.lstrip("-").startswith("knob:"):
+            name = self.sort.split(":", 1)[1]
+            value = KeyTransform(name, "knob_values")  # JSON order: numbers numerically
+            key = (
+                value.desc(nulls_last=True)
+                if self.sort.startswith("-")
+                else value.asc(nulls_last=True)
+            )
+            return [key, "-index"]
+        order = TRIAL_SORTS.get(self.sort, TRIAL_SORTS["newest"])[1]
+        # Untimed trials (no numbers) go last whichever way a number sorts.
+        keys = [
+            F(o.lstrip("-")).desc(nulls_last=True)
+            if o.startswith("-")
+            else F(o).asc(nulls_last=True)
+            for o in order
+        ]
+        return [*keys, "-index"] if order[0].lstrip("-") != "index" else keys
+
+
+def trials_page(
+    search: Search, page: Any = 1, per_page: int = 50, query: TrialQuery | None = None
+) -> TrialPage:
+    """One page of a search's trials, newest first (or as `query` filters and sorts them), in
+    two queries whatever the search's size.
 
     The rows lack source, report and prompt (deferred): a list that shows one of them would
     load it row by row; the trial page loads the full row.
     """
     per_page = min(max(int(per_page), 1), MAX_PER_PAGE)
-    trials = Trial.objects.filter(search=search)
+    query = query or TrialQuery()
+    trials = query.apply(Trial.objects.filter(search=search))
     total = trials.count()
     page = page_number(page, total, per_page)
     start = (page - 1) * per_page
-    rows = list(trials.defer(*_HEAVY_TRIAL_FIELDS).order_by("-index")[start : start + per_page])
-    return TrialPage(trials=rows, page=page, per_page=per_page, total=total)
+    rows = list(trials.defer(*_HEAVY_TRIAL_FIELDS)[start : start + per_page])
+    return TrialPage(
+        trials=rows, page=page, per_page=per_page, total=total, narrowed=query.narrowed
+    )
+
+
+def search_knobs(search: Search) -> list[Any]:
+    """The `# tune:` knobs the search starts from (kernels.knobs.Knob: name, value, choices),
+    in source order; none when the start source declares none or cannot be read."""
+    from kernels.knobs import KnobError, parse_knobs
+
+    try:
+        return parse_knobs(search.idea.start_source())
+    except (KnobError, SyntaxError, ValueError, KeyError, OSError):
+        return []
+
+
+def compare_trials(user: Any, search_id: Any, a: Any, b: Any) -> tuple[Trial, Trial]:
+    """Two trials of one search, for a user allowed to see it (Http404 for a missing one)."""
+    return trial_for_user(user, search_id, a), trial_for_user(user, search_id, b)
 
 
 def trials_updated_since(search: Search, since: datetime, limit: int = 200) -> list[Trial]:

@@ -73,6 +73,7 @@ MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
 INTERPRET = "interpret"
 MAX_KINDS = 8
 MAX_TITLE = 200
+MAX_DESCRIPTION = 20_000  # an idea's description: a few pages of Markdown, not a paper
 MAX_TEXT = 100_000
 MAX_REQUEST_KEY = 100
 MAX_JOB_ID = 100
@@ -122,6 +123,12 @@ def create_idea(
     elif len(title) > MAX_TITLE:
         bad("title", f"The title is {len(title)} characters; keep it within {MAX_TITLE}.")
     description = _text(description, "description", bad)
+    if len(description) > MAX_DESCRIPTION:
+        bad(
+            "description",
+            f"The description is {len(description):,} characters; keep it within "
+            f"{MAX_DESCRIPTION:,}.",
+        )
     prohibitions = _text(prohibitions, "prohibitions", bad)
     loaded = _clean_problem(problem, bad)
     kinds = _clean_kinds(target_kinds, bad)

@@ -17,6 +17,7 @@ urlpatterns = [
     path("searches/<int:pk>/resume", views.search_resume, name="search_resume"),
     path("searches/<int:pk>/stop", views.search_stop, name="search_stop"),
     path("searches/<int:pk>/trials/<int:index>", views.trial_detail, name="trial"),
+    path("searches/<int:pk>/compare", views.trial_compare, name="compare"),
     path("searches/<int:pk>/llm", agent_views.search_llm, name="search_llm"),
     path("searches/<int:pk>/notes", agent_views.search_note, name="search_note"),
     path("packs", agent_views.pack_list, name="packs"),

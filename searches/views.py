@@ -26,9 +26,9 @@ from searches import fleet as fleet_module
 from searches import live, rendering, roles, selectors, services
 from searches.errors import DomainError
 from searches.fleet import fleet, measured_ceilings
-from searches.forms import IdeaForm
+from searches.forms import IdeaForm, TrialFilterForm
 from searches.orchestrator import enqueue_search, settle_stop
-from searches.reports import report_view
+from searches.reports import paired_shapes, report_view
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +208,11 @@ def idea_start(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def search_detail(request: HttpRequest, pk: int) -> HttpResponse:
     search = selectors.search_for_user(request.user, pk)
-    page = selectors.trials_page(search, request.GET.get("page"), TRIALS_PER_PAGE)
-    context = {"search": search, "page": page}
+    filters = TrialFilterForm(request.GET, knobs=selectors.search_knobs(search))
+    page = selectors.trials_page(
+        search, request.GET.get("page"), TRIALS_PER_PAGE, query=filters.query()
+    )
+    context = {"search": search, "page": page, "filters": filters}
     if search.idea.model_name:  # an LLM search: its panel (model switch, per-model results)
         from searches.agent.views import panel_context
 
@@ -303,3 +306,43 @@ def trial_detail(request: HttpRequest, pk: int, index: int) -> HttpResponse:
             "waiting": fleet_module.trial_waiting(trial),
         },
     )
+
+
+@require_GET
+def trial_compare(request: HttpRequest, pk: int) -> HttpResponse:
+    """Two trials of a search side by side: the source diff and both reports' numbers."""
+    search = selectors.search_for_user(request.user, pk)
+    a, b = request.GET.get("a", ""), request.GET.get("b", "")
+    if not (a.isdigit() and b.isdigit()):
+        return render(
+            request,
+            "searches/compare.html",
+            {"search": search, "error": "Give two trial numbers, e.g. ?a=3&b=7.", "a": a, "b": b},
+            status=400,
+        )
+    first, second = selectors.compare_trials(request.user, pk, a, b)
+    names = (f"trial {first.index}", f"trial {second.index}")
+    return render(
+        request,
+        "searches/compare.html",
+        {
+            "search": search,
+            "first": first,
+            "second": second,
+            "a": first.index,
+            "b": second.index,
+            "diff": rendering.source_diff(first.source, second.source, *names),
+            "sides": [(first, report_view(first.report)), (second, report_view(second.report))],
+            "shapes": paired_shapes(
+                report_view(first.report).shapes, report_view(second.report).shapes
+            ),
+            "knobs": _knob_rows(first.knob_values, second.knob_values),
+        },
+    )
+
+
+def _knob_rows(first: Any, second: Any) -> list[tuple[str, Any, Any]]:
+    """(knob, first's value, second's value) for every knob either trial set; None: not set."""
+    first = first if isinstance(first, dict) else {}
+    second = second if isinstance(second, dict) else {}
+    return [(name, first.get(name), second.get(name)) for name in sorted({*first, *second})]

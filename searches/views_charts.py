@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from searches import chart_data, charts, roles, selectors
+from searches import chart_data, charts, charts_knobs, roles, selectors
 from searches.fleet import fleet
 from searches.models import Search
 
@@ -94,6 +94,11 @@ def search_charts_for(search: Search) -> list[Chart]:
         Chart(
             "burndown",
             charts.budget_burndown(search.budget(), chart_data.burndown_events(search)),
+        ),
+        Chart(
+            "knobs",
+            charts_knobs.knob_sweep(selectors.search_knobs(search), chart_data.knob_rows(search)),
+            wide=True,
         ),
         *failure_charts("search", search=search),
     ]

@@ -10,6 +10,7 @@ from kernels.harness.roofline import place
 from kernels.harness.static import PROHIBITIONS
 from searches.agent import packs
 from searches.agent.prompt import (
+    LAUNCH_LATENCY_US,
     Incumbent,
     PackText,
     ProblemInfo,
@@ -52,7 +53,9 @@ def problem_info(name: str, kind: str, ceilings: dict[str, Any] | None) -> Probl
         floor = bound = None
         if ceilings:
             spot = place(1.0, problem.flops(shape), problem.bytes(shape, dtype), ceilings)
-            floor, bound = spot["floor_ms"], spot["bound"]
+            launch_ms = LAUNCH_LATENCY_US * 1e-3  # see LAUNCH_LATENCY_US
+            floor = spot["floor_ms"] + launch_ms
+            bound = "launch latency" if launch_ms >= spot["floor_ms"] else spot["bound"]
         shapes.append(ShapeFloor(registry.shape_label(shape), floor, bound))
     return ProblemInfo(
         name=problem.name,
@@ -127,7 +130,8 @@ def gather(search: Search, kind: str) -> PromptInput:
             failure=t.failure,
             reason="; ".join(str(r) for r in t.reasons or []),
             speedup_eager=t.speedup_eager,
-            knobs=_knobs(t.knob_values) if t.proposer == "tuner" else "",
+            knobs=_knobs(t.knob_values),
+            rationale=t.rationale,
         )
         for t in Trial.objects.filter(search=search)
         .order_by("index")
@@ -140,6 +144,7 @@ def gather(search: Search, kind: str) -> PromptInput:
             "reasons",
             "speedup_eager",
             "knob_values",
+            "rationale",
         )
     ]
     notes = [(n.kind, n.text) for n in SearchNote.objects.filter(search=search)[:MAX_NOTES]]

@@ -79,6 +79,14 @@ class Incumbent:
     shapes: list[str]  # one line per shape
 
 
+# Every kernel pays a launch, however little it moves: the floor of a tiny shape is its roofline
+# time plus this. 1.2 us is the fastest any kernel ran in the harness on the H200 (eager
+# softmax of a 1x1 input, timed as CUDA-graph replays, where host launch cost is already
+# amortised; the Triton candidate took 1.45 us): docs/benchmarks/h200/profile-softmax-c.json.
+# Outside a graph a launch costs more (a few us), so this stays a lower bound.
+LAUNCH_LATENCY_US = 1.2
+
+
 @dataclass(frozen=True)
 class TrialNote:
     index: int
@@ -89,6 +97,7 @@ class TrialNote:
     reason: str
     speedup_eager: float | None = None
     knobs: str = ""
+    rationale: str = ""  # the proposer's own words: the model's, or the tuner's one line
 
 
 @dataclass(frozen=True)
@@ -182,8 +191,9 @@ def _problem(inp: PromptInput) -> str:
         f"judged on the {p.tier} shape sweep, every shape.\n\n"
         f"Reference (the ground truth; compute in Triton, do not call it):\n\n"
         f"{_fence(p.reference_source)}\n\n"
-        "Shape sweep with the roofline floor on the target GPU (no correct kernel is faster than "
-        "the floor; a result beyond it is treated as a hack):\n\n"
+        "Shape sweep with the floor on the target GPU: the roofline time plus "
+        f"{LAUNCH_LATENCY_US:g} us of kernel launch latency, which dominates tiny shapes (no "
+        "correct kernel is faster than the floor; a result beyond it is treated as a hack):\n\n"
         f"| shape | roofline floor | bound |\n|---|---|---|\n{rows}"
     )
 
@@ -235,7 +245,8 @@ def _trial_line(t: TrialNote, limit: int) -> str:
     extra = f", {_num(t.speedup_eager, 'x')} vs eager" if t.speedup_eager else ""
     knobs = f" [{t.knobs}]" if t.knobs else ""
     reason = f": {excerpt(t.reason, limit)}" if t.reason else ""
-    return f"- trial {t.index} by {who}{knobs}: {what}{extra}{reason}"
+    why = f"\n  rationale: {excerpt(t.rationale, limit)}" if t.rationale.strip() else ""
+    return f"- trial {t.index} by {who}{knobs}: {what}{extra}{reason}{why}"
 
 
 def summarise(trials: list[TrialNote]) -> str:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from searches import crypto
+from searches import crypto, services
 from searches.agent import packs
 from searches.models import ContextPack, Idea, Search, SearchNote
 from tests.web.agent_helpers import GOOD, llm_search
 from tests.web.domain import SOFTMAX_SEED, interpreted, judge, propose, rejected
+from tests.web.pages import ROOT
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("redis_url")]
 KEY = "sk-live-never-show-me-123456"
@@ -98,6 +99,21 @@ def test_bad_model_input_gets_a_clear_error_and_changes_nothing(
     assert (search.model, search.llm_endpoint, search.llm_base_url) == ("", "default", "")
     assert search.llm_api_key == "" and not search.llm_changes.exists()
     assert search.status == Search.Status.RUNNING
+
+
+def test_the_proposal_box_shows_only_while_the_search_is_active(engineer_client, engineer):
+    search = llm_search(engineer)
+    html = _search_page(engineer_client, search)
+    assert '<section class="card spaced" id="proposal">' in html
+    assert 'id="search-status" class="card status-card" data-active="true"' in html
+    services.stop_search(search=search, user=engineer)
+    services.finish_search(search=Search.objects.get(pk=search.pk), reason="stopped")
+    html = _search_page(engineer_client, search)
+    assert '<section class="card spaced" id="proposal" hidden>' in html
+    # The live status section says so too: the stylesheet hides the box on its word.
+    assert 'id="search-status" class="card status-card" data-active="false"' in html
+    css = (ROOT / "static/css/app.css").read_text()
+    assert '#search-status[data-active="false"] ~ #proposal { display: none; }' in css
 
 
 def test_a_finished_or_tuner_search_has_no_model_to_switch(engineer_client, engineer, search):

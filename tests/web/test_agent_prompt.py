@@ -176,3 +176,45 @@ def test_blocks_in_other_languages_are_prose():
     text = "Run it with\n```bash\npython -m kernels evaluate\n```\n" + fenced(GOOD)
     parsed = parse_reply(text)
     assert parsed.ok and parsed.source.startswith('"""Seed softmax')
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("redis_url")
+def test_the_history_carries_the_models_own_knob_values_and_rationale(engineer):
+    from searches.agent.context import gather
+    from searches.agent.prompt import assemble as assemble_prompt
+    from tests.web.agent_helpers import llm_search
+    from tests.web.domain import judge, propose, rejected
+
+    search = llm_search(engineer)
+    trial = propose(
+        search,
+        1,
+        proposer="llm:model-a",
+        model="model-a",
+        rationale="Keep the row in registers; one pass over memory.",
+        knob_values={"BLOCK_N": 2048, "NUM_WARPS": 8},
+    )
+    judge(trial, rejected("incorrect"))
+    (note,) = gather(search, "h200").history
+    assert note.knobs == "BLOCK_N=2048 NUM_WARPS=8"
+    assert note.rationale == "Keep the row in registers; one pass over memory."
+    user = assemble_prompt(gather(search, "h200"), 24_000).user
+    line = user[user.index("- trial 1 by model-a") :].split("\n- ")[0]
+    assert "[BLOCK_N=2048 NUM_WARPS=8]" in line
+    assert "rationale: Keep the row in registers; one pass over memory." in line
+
+
+def test_the_floor_of_a_tiny_shape_includes_launch_latency():
+    from searches.agent.context import problem_info
+    from searches.agent.prompt import LAUNCH_LATENCY_US
+
+    ceilings = {"copy_gbps": 4270.0, "matmul_tflops_bf16": 688.0}
+    shapes = {s.label: s for s in problem_info("softmax", "h200", ceilings).shapes}
+    tiny = min(shapes.values(), key=lambda s: s.floor_ms)
+    assert tiny.floor_ms >= LAUNCH_LATENCY_US * 1e-3
+    assert tiny.bound == "launch latency"
+    big = max(shapes.values(), key=lambda s: s.floor_ms)
+    assert big.bound == "memory"  # a large shape is still bound by its bytes
+    user = assemble(_input(), 24_000).user
+    assert f"plus {LAUNCH_LATENCY_US:g} us of kernel launch latency" in user

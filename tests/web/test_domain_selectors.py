@@ -95,6 +95,20 @@ def test_recent_wins_are_kept_trials_newest_first(search, django_assert_max_num_
     assert problems == ["softmax", "softmax"]
 
 
+def test_recent_wins_leave_out_untimed_and_slower_kept_trials(search, engineer):
+    # The first correct candidate is kept as the incumbent even when it loses to both
+    # baselines; a search on the CPU interpreter keeps an untimed one. Neither is a win.
+    slower = judge(propose(search, 1), accepted(ms=0.9))  # 0.67x eager, 0.61x compiled
+    assert slower.status == Trial.Status.KEPT
+    idea = services.create_idea(**idea_kwargs(engineer, target_kinds=["interpret"]))
+    cpu = services.begin_search(search=services.start_search(idea=idea, user=engineer))
+    untimed = judge(propose(cpu, 1), interpreted())
+    assert untimed.status == Trial.Status.KEPT
+    assert selectors.recent_wins() == []
+    faster = judge(propose(search, 2), accepted(ms=0.5))  # 1.2x eager
+    assert [w.pk for w in selectors.recent_wins()] == [faster.pk]
+
+
 def test_an_engineer_gets_a_search_by_id(search, engineer, reviewer):
     assert selectors.search_for_user(engineer, search.pk).pk == search.pk
     assert selectors._get_search_for_user(reviewer, str(search.pk)).pk == search.pk

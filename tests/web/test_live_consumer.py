@@ -252,6 +252,26 @@ async def test_a_search_change_pushes_the_status_section(search, engineer, engin
     await ws.disconnect()
 
 
+async def test_the_status_push_carries_the_trial_count_and_the_start_time(
+    search, engineer, engineer_cookie
+):
+    ws, (status,) = await connected(search.pk, engineer_cookie)
+    assert '<span id="trials-total" class="muted" hx-swap-oob="true">' in status
+    assert "0 in all" in status
+    await db(propose)(search, 1)
+    await db(propose)(search, 2)
+    fresh = await db(Search.objects.select_related("idea", "created_by").get)(pk=search.pk)
+    await sync_to_async(live.search_changed)(fresh)
+    frame = await ws.receive_from(timeout=WAIT)
+    assert frame.startswith('<section hx-swap-oob="true" id="search-status"')
+    total = re.search(r'<span id="trials-total" [^>]*hx-swap-oob="true">([^<]*)</span>', frame)
+    assert total and total.group(1).endswith("2 in all")
+    started = re.search(r'<span id="search-started" hx-swap-oob="true">(.*?)</span>', frame, re.S)
+    assert started and "started by ada" in started.group(1) and "ago" in started.group(1)
+    assert f'datetime="{search.created_at.isoformat()}"' in started.group(1)
+    await ws.disconnect()
+
+
 async def test_streamed_tokens_are_appended_escaped(search, engineer_cookie):
     ws, _ = await connected(search.pk, engineer_cookie)
     await sync_to_async(live.token)(search.pk, "trial 3", "\n<script>alert(1)</script> & ok")

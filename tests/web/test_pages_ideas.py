@@ -12,7 +12,7 @@ from kernels.worker import register, rq_queue
 from searches.models import Idea, Search
 from searches.orchestrator import SEARCH_QUEUE
 from tests.web.domain import SOFTMAX_SEED
-from tests.web.pages import HOSTILE, HOSTILE_RAW, assert_inert
+from tests.web.pages import HOSTILE, HOSTILE_RAW, ROOT, assert_inert
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("redis_url")]
 
@@ -131,6 +131,66 @@ def test_each_mistake_is_shown_on_its_field_and_nothing_typed_is_lost(
     for kind in data["target_kinds"]:
         assert re.search(rf'value="{kind}"[^>]*checked', html)
     assert Idea.objects.count() == 0
+
+
+def test_a_long_description_or_title_gets_a_clear_error_not_a_silent_cut(engineer_client):
+    long_text = "Try wider blocks." + " More." * 3597  # 21,599 characters
+    html = engineer_client.get(NEW).content.decode()
+    # No maxlength: a browser would cut a pasted text there without a word.
+    for name in ("title", "description"):
+        assert "maxlength" not in field_block(html, name)
+    response = engineer_client.post(NEW, form_data(description=long_text, title="T" * 250))
+    assert response.status_code == 400
+    html = response.content.decode()
+    description = htmllib.unescape(field_block(html, "description"))
+    assert "The description is 21,599 characters; keep it within 20,000." in description
+    assert long_text in description  # nothing typed is lost
+    title = htmllib.unescape(field_block(html, "title"))
+    assert "The title is 250 characters; keep it within 200." in title
+    assert Idea.objects.count() == 0
+
+
+def test_the_service_refuses_a_description_over_the_limit_too(engineer):
+    from searches import services
+    from searches.errors import DomainError
+    from tests.web.domain import idea_kwargs
+
+    with pytest.raises(DomainError) as error:
+        services.create_idea(**idea_kwargs(engineer, description="x" * 20_001))
+    assert "keep it within 20,000" in str(error.value.message_dict["description"])
+    assert services.create_idea(**idea_kwargs(engineer, description="x" * 20_000)).pk
+
+
+def test_the_form_says_the_tuner_ignores_the_text_and_hides_other_model_for_it(
+    engineer_client,
+):
+    html = engineer_client.get(NEW).content.decode()
+    assert '<option value="tuner" selected>' in html
+    note = re.search(r'<p class="help note" id="tuner-ignores-text">(.*?)</p>', html, re.S)
+    assert note and "tuner does not read this text" in note.group(1)
+    css = (ROOT / "static/css/app.css").read_text()
+    # The stylesheet shows the note only with the tuner, "Other model" only with another model
+    # (the browser test checks what a user sees).
+    assert (
+        '#idea-form:not(:has(#id_proposer option[value="tuner"]:checked)) '
+        "#tuner-ignores-text { display: none; }"
+    ) in css
+    assert (
+        '#idea-form:not(:has(#id_proposer option[value="llm:other"]:checked)) '
+        "#field-llm_model { display: none; }"
+    ) in css
+
+
+def test_the_only_online_gpu_kind_is_preselected(engineer_client, redis_url):
+    html = engineer_client.get(NEW).content.decode()
+    assert not re.search(r'name="target_kinds" value="[^"]+"[^>]*checked', html)  # none online
+    register(redis_url, "box:cpu0", {"kind": "interpret", "queue": "gpu.interpret", "versions": {}})
+    html = engineer_client.get(NEW).content.decode()
+    checked = re.findall(r'name="target_kinds" value="([^"]+)"[^>]*checked', html)
+    assert checked == ["interpret"]
+    register(redis_url, "box:gpu0", {"kind": "h200", "queue": "gpu.h200", "versions": {}})
+    html = engineer_client.get(NEW).content.decode()
+    assert not re.search(r'name="target_kinds" value="[^"]+"[^>]*checked', html)  # a choice
 
 
 def test_a_sketch_that_imports_os_names_the_import(engineer_client):

@@ -53,6 +53,7 @@ def test_the_page_shows_status_budget_incumbent_and_trials(engineer_client, sear
     assert "incorrect" in html
     assert "wider rows" in html
     assert 'id="interpret-note"' not in html
+    assert "<dt>GPU minutes</dt>" in html and "CPU minutes" not in html
 
 
 def test_a_trial_in_flight_shows_its_phase(engineer_client, search):
@@ -90,6 +91,8 @@ def test_an_interpret_search_says_timings_are_not_meaningful(engineer_client, en
     html = page(engineer_client, search).content.decode()
     assert 'id="interpret-note"' in html
     assert "timings and speedups are not" in html
+    budget = html[html.index('class="budget-bars"') : html.index("</dl>")]
+    assert "<dt>CPU minutes</dt>" in budget and "GPU minutes" not in budget
 
 
 def test_pause_resume_and_stop_change_the_status(

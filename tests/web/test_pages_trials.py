@@ -127,6 +127,14 @@ def test_an_interpreted_trial_says_timings_are_not_meaningful(engineer_client, s
     html = trial_page(engineer_client, trial)
     assert "CPU interpreter" in html
     assert "timings are not meaningful" in html
+    device = section(html, "device")
+    assert "<dt>CPU time</dt>" in device and "GPU time" not in device
+
+
+def test_a_gpu_trial_says_gpu_time(engineer_client, search):
+    trial = judged(search, knob_variant(2048), h200_report())
+    device = section(trial_page(engineer_client, trial), "device")
+    assert "<dt>GPU time</dt>" in device and "CPU time" not in device
 
 
 def test_a_trial_in_flight_without_a_report_renders(engineer_client, search):
