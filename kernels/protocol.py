@@ -54,7 +54,7 @@ JOB_FUNCTIONS = frozenset(
 )
 
 
-def gpu_queue(kind: str) -> str:
+def queue_name(kind: str) -> str:
     """The queue the workers of one GPU kind serve (`gpu.h200`, `gpu.interpret`)."""
     return f"gpu.{kind}"
 

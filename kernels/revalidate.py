@@ -23,6 +23,7 @@ from kernels import problems
 from kernels.harness import device as devmod
 from kernels.harness.evaluate import _evaluate
 from kernels.harness.sandbox import Pool
+from kernels.protocol import rejected_report
 
 # The interpreter sweep: the smoke sweep plus every full-sweep shape whose size (product of its
 # dims) is within this many times the largest smoke shape's, so re-validation on the CPU still
@@ -126,15 +127,11 @@ def revalidate(
 
 
 def _refused(problem: problems.Problem, dev: str, why: str) -> dict:
-    return {
-        "verdict": "rejected",
-        "failure": "malformed",
-        "reasons": [f"malformed: {why}"],
-        "problem": problem.name,
-        "tier": "revalidate",
-        "device": devmod.info(dev, measure_ceilings=False),
-        "checks": {},
-        "shapes": [],
-        "summary": {},
-        "revalidation": {"passed": False, "reasons": [why], "shapes": []},
-    }
+    return rejected_report(
+        "malformed",
+        [f"malformed: {why}"],
+        problem=problem.name,
+        device=devmod.info(dev, measure_ceilings=False),
+        tier="revalidate",
+        revalidation={"passed": False, "reasons": [why], "shapes": []},
+    )

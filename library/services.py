@@ -24,10 +24,12 @@ from rq.registry import StartedJobRegistry
 
 from kernels import problems as registry
 from kernels.engine import compose
-from kernels.worker import fetch_job, queue_name, rq_queue
+from kernels.protocol import REVALIDATE_JOB, WATCH_REVIEW_JOB, queue_name
+from kernels.queues import fetch_job, rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
 from searches import roles
+from searches.agent.notes import add_note
 from searches.errors import DomainError
 from searches.models import Idea, Trial
 from searches.services import source_sha256, storable_json  # one JSON cleaner for both apps
@@ -198,12 +200,8 @@ def decide(
 
 
 def _tell_agent(review: Review, trial: Trial) -> None:
-    """Hand a veto reason or note to the agent's prompt (issue 4's SearchNote hook) when that
-    app is installed; `selectors.review_notes_for_search` serves the same notes either way."""
-    try:
-        from searches.agent.notes import add_note
-    except ImportError:
-        return
+    """Hand a veto reason or note to the agent's prompt (docs/agent.md); the review pages read
+    the same notes (`selectors.review_notes_for_search`)."""
     add_note(
         search=trial.search,
         trial=trial,
@@ -244,7 +242,7 @@ def _enqueue(reval: Revalidation, trial: Trial, attempt: int) -> None:
 
     def go() -> None:
         rq_queue(queue_name(kind), redis_conn()).enqueue(
-            "kernels.worker.revalidate_job",
+            REVALIDATE_JOB,
             kwargs=kwargs,
             job_id=job_id,
             job_timeout=JOB_TIMEOUT_S,
@@ -258,7 +256,7 @@ def _enqueue(reval: Revalidation, trial: Trial, attempt: int) -> None:
 def _enqueue_watch(review_id: int) -> None:
     try:
         rq_queue(WATCH_QUEUE, redis_conn()).enqueue(
-            "library.tasks.watch_review",
+            WATCH_REVIEW_JOB,
             review_id,
             job_timeout=-1,
             result_ttl=3600,

@@ -11,12 +11,12 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
-from django.apps import apps
 from django.db import NotSupportedError
 from django.db.models import CharField, Count, F, Func, Max, Min, Window
 from django.db.models.functions import RowNumber, Substr
 from django.urls import reverse
 
+from searches import hooks
 from searches.models import Search, Trial, Worker
 
 INTERPRET = "interpret"
@@ -107,28 +107,14 @@ def ceilings_by_kind(kinds: list[str] | None = None) -> dict[str, dict[str, Any]
     return found
 
 
-# -- releases (the library app, issue 5) -------------------------------------------------------
+# -- releases ------------------------------------------------------------------------------------
 
 
 def releases() -> list[dict[str, Any]]:
     """Released kernels, one row per (GPU kind, problem): ``{"kind", "problem",
-    "speedup_eager", "speedup_compiled", "label", "url"}``.
-
-    Contract with the library app: when it is installed, it provides
-    ``library.selectors.released_speedups()`` returning rows of exactly this shape (the best
-    release per kind and problem). Until then, or while it lacks that function, there are no
-    releases and the charts say so.
-    """
-    if not apps.is_installed("library"):
-        return []
-    try:
-        from library import selectors as library_selectors  # type: ignore[import-not-found]
-    except ImportError:
-        return []
-    provider = getattr(library_selectors, "released_speedups", None)
-    if provider is None:
-        return []
-    return [dict(row) for row in provider()]
+    "speedup_eager", "speedup_compiled", "label", "url"}``, from the app that provides them
+    (the library app, through `searches.hooks`)."""
+    return hooks.released_speedups()
 
 
 def releases_by_kind() -> dict[str, list[dict[str, Any]]]:

@@ -14,7 +14,8 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
-from kernels.worker import online_workers, queue_name, rq_queue
+from kernels.protocol import queue_name
+from kernels.queues import online_workers, rq_queue
 from searches.models import Worker
 
 # A page waits at most this long for Redis before saying it is unreachable.

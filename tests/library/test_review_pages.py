@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from kernels.worker import rq_queue
+from kernels.queues import rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
 from searches.models import Idea, Trial

@@ -8,7 +8,8 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 from rq import SimpleWorker
 
-from kernels.worker import SERIALIZER, SafeJob
+from kernels.queues import SERIALIZER, SafeJob
+from searches import hooks
 from searches.orchestrator import SWEEP_S, recover, redis_conn, search_queue, sweep
 
 
@@ -22,9 +23,7 @@ class Command(BaseCommand):
         conn = redis_conn()
         n = recover()
         self.stdout.write(f"orchestrator: resuming {n} active search(es)", ending="\n")
-        from library.watch import recover as recover_reviews  # approvals still re-validating
-
-        recover_reviews()
+        hooks.orchestrator_started()  # what other apps resume (searches.hooks)
         self.stdout.flush()
         stop = threading.Event()
         threading.Thread(target=_sweeper, args=(stop,), daemon=True).start()
