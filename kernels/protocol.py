@@ -78,7 +78,8 @@ Tier = Literal["smoke", "full", "revalidate"]
 class EvaluationRequest:
     """One run of the harness: what `kernels.harness.run` takes.
 
-    `sources` are the candidates' files' text: one to evaluate, several to time together
+    `problem` is a problem's name (looked up in `problem_dirs` too); `sources` are the
+    candidates' files' text: one to evaluate, several to time together
     (`verify=False`), none to time the baselines alone. `shapes` overrides the problem's sweep
     for `tier`. `extra` is merged into the spec the sandboxed child receives (timing mode,
     end-to-end check). The rest is documented in docs/harness.md.
@@ -86,6 +87,7 @@ class EvaluationRequest:
 
     problem: str
     sources: tuple[str, ...]
+    problem_dirs: tuple[str, ...] = ()  # where a problem outside the built-ins lives
     device: str = "auto"
     tier: str = "smoke"
     shapes: tuple[dict[str, int], ...] | None = None

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from kernels import problems
 from kernels.harness import device as devmod
-from kernels.harness.evaluate import _evaluate
+from kernels.harness import request_for, run
 from kernels.harness.sandbox import Pool
 from kernels.protocol import rejected_report
 
@@ -84,21 +84,18 @@ def revalidate(
         shapes = sweep(problem, dev, shape_range)
     except RevalidationError as e:
         return _refused(problem, dev, str(e))
-    report = _evaluate(
+    request = request_for(
         problem,
         [source],
         device=dev,
         tier="revalidate",
-        shapes=shapes,
+        shapes=tuple(shapes),
         timeout_s=timeout_s,
-        on_event=on_event,
-        pool=pool,
         budget_s=budget_s,
         baselines_compiled=True,
-        skip_static_checks=False,
-        verify=True,
         extra={"e2e": problem.block_op is not None},
     )
+    report = run(request, on_event=on_event, pool=pool)
     checks = report.setdefault("checks", {})
     required = REQUIRED_ON_GPU
     if problem.block_op is None:
