@@ -24,7 +24,7 @@ from rq.registry import StartedJobRegistry
 
 from kernels import problems as registry
 from kernels.engine import compose
-from kernels.protocol import REVALIDATE_JOB, WATCH_REVIEW_JOB, queue_name
+from kernels.protocol import REVALIDATE_JOB, SEARCH_QUEUE, WATCH_REVIEW_JOB, queue_name
 from kernels.queues import fetch_job, rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
@@ -40,7 +40,7 @@ MAX_TEXT = 10_000
 MAX_REQUEST_KEY = 100
 MAX_ATTEMPTS = 3
 JOB_TIMEOUT_S = 3600
-WATCH_QUEUE = "search"
+WATCH_QUEUE = SEARCH_QUEUE  # watchers run on the orchestrators
 PAST = {
     "approve": "approved",
     "veto": "vetoed",
