@@ -286,7 +286,7 @@ def test_a_trial_outside_the_queue_cannot_be_decided(reviewer_client, pair):
 
 
 def test_a_veto_reason_reaches_the_agents_next_prompt(reviewer_client, pair):
-    """With the agent app (issue 4) installed, the reason lands in the prompt's notes."""
+    """The reason lands in the prompt's notes."""
     pytest.importorskip("searches.agent.notes")
     from searches.agent.context import gather
 
