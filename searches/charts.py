@@ -21,8 +21,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from kernels.protocol import FAILURES
+
+# No plotly theme: the default one ("plotly") is deep-copied into every figure built (most of
+# the time a small figure takes) and would ride along in its JSON. The house look is `_figure`'s.
+pio.templates.default = None
 
 MAX_POINTS = 2000
 
@@ -106,7 +111,6 @@ def _figure(
             y1=1,
             line={"color": _MUTED, "width": 1, "dash": "dash"},
         )
-    figure.layout.template = None  # plotly's default theme would ride along in every figure
     return figure.to_plotly_json()
 
 
