@@ -35,10 +35,15 @@ sys.path.insert(0, str(ROOT))
 from kernels import problems  # noqa: E402
 from kernels.engine.proposers import KnobProposer, Tried  # noqa: E402
 from kernels.engine.tuner import Tuner  # noqa: E402
-from kernels.harness import BaselineCache, evaluate, retime, time_together  # noqa: E402
+from kernels.harness import (  # noqa: E402
+    BaselineCache,
+    evaluate,
+    measure_baselines,  # noqa: E402
+    retime,
+    time_together,
+)
 from kernels.harness import baselines as bl  # noqa: E402
 from kernels.harness import device as devmod  # noqa: E402
-from kernels.harness.evaluate import measure_baselines  # noqa: E402
 from kernels.harness.sandbox import Pool, adopt_escaped_processes  # noqa: E402
 
 _lock = threading.Lock()

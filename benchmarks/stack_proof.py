@@ -169,10 +169,9 @@ def warm_baselines(names: list[str], conn) -> float:
     """Measure each problem's baselines into the cache the workers read (this host's disk and
     the app's Redis), in a sandbox of this process."""
     from kernels import problems
-    from kernels.harness import BaselineCache
+    from kernels.harness import BaselineCache, measure_baselines
     from kernels.harness import baselines as bl
     from kernels.harness import device as devmod
-    from kernels.harness.evaluate import measure_baselines
 
     t0 = time.perf_counter()
     cache = BaselineCache(redis=conn)

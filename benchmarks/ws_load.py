@@ -194,7 +194,7 @@ def covering(got: dict[int, float], sent: dict[int, float]) -> dict[int, float]:
 def publisher(redis_url: str, sid: int, tid: int, rate: float, seconds: float, sent: dict) -> None:
     import redis
 
-    from kernels.worker import publish
+    from kernels.queues import publish
 
     conn = redis.Redis.from_url(redis_url)
     period = 1.0 / rate

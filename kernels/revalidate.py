@@ -21,8 +21,9 @@ from collections.abc import Callable
 
 from kernels import problems
 from kernels.harness import device as devmod
-from kernels.harness.evaluate import _evaluate
+from kernels.harness import request_for, run
 from kernels.harness.sandbox import Pool
+from kernels.protocol import rejected_report
 
 # The interpreter sweep: the smoke sweep plus every full-sweep shape whose size (product of its
 # dims) is within this many times the largest smoke shape's, so re-validation on the CPU still
@@ -83,21 +84,18 @@ def revalidate(
         shapes = sweep(problem, dev, shape_range)
     except RevalidationError as e:
         return _refused(problem, dev, str(e))
-    report = _evaluate(
+    request = request_for(
         problem,
         [source],
         device=dev,
         tier="revalidate",
-        shapes=shapes,
+        shapes=tuple(shapes),
         timeout_s=timeout_s,
-        on_event=on_event,
-        pool=pool,
         budget_s=budget_s,
         baselines_compiled=True,
-        skip_static_checks=False,
-        verify=True,
         extra={"e2e": problem.block_op is not None},
     )
+    report = run(request, on_event=on_event, pool=pool)
     checks = report.setdefault("checks", {})
     required = REQUIRED_ON_GPU
     if problem.block_op is None:
@@ -126,15 +124,11 @@ def revalidate(
 
 
 def _refused(problem: problems.Problem, dev: str, why: str) -> dict:
-    return {
-        "verdict": "rejected",
-        "failure": "malformed",
-        "reasons": [f"malformed: {why}"],
-        "problem": problem.name,
-        "tier": "revalidate",
-        "device": devmod.info(dev, measure_ceilings=False),
-        "checks": {},
-        "shapes": [],
-        "summary": {},
-        "revalidation": {"passed": False, "reasons": [why], "shapes": []},
-    }
+    return rejected_report(
+        "malformed",
+        [f"malformed: {why}"],
+        problem=problem.name,
+        device=devmod.info(dev, measure_ceilings=False),
+        tier="revalidate",
+        revalidation={"passed": False, "reasons": [why], "shapes": []},
+    )

@@ -26,110 +26,28 @@ import time
 from typing import Any
 
 import redis
-from rq import Queue, SimpleWorker
-from rq.job import Job
-from rq.serializers import JSONSerializer
+from rq import SimpleWorker
 
 from kernels import problems
 from kernels.harness import BaselineCache, evaluate, retime, time_together
 from kernels.harness import device as devmod
 from kernels.harness.sandbox import Pool, adopt_escaped_processes
+from kernels.protocol import HEARTBEAT_S, WORKERS_KEY, queue_name, rejected_report, worker_key
+from kernels.queues import (
+    SERIALIZER,
+    SafeJob,
+    publish,
+    register,
+    rq_queue,
+)
 
-HEARTBEAT_S = 5
-WORKER_TTL_S = 30
-WORKERS_KEY = "autoweb:workers"
-KINDS_SEEN_KEY = "autoweb:kinds-last-seen"
 RECONNECT_S = 1.0
-EVENTS_MAXLEN = 10_000
-
-
-def queue_name(kind: str) -> str:
-    return f"gpu.{kind}"
-
-
-def events_key(search_id: int | str) -> str:
-    return f"autoweb:events:{search_id}"
-
-
-def worker_key(name: str) -> str:
-    return f"autoweb:worker:{name}"
-
 
 _pool: Pool | None = None
 _device: str | None = None
 _name: str | None = None
 _info: dict[str, Any] = {}
 _baselines: BaselineCache | None = None  # on a GPU: shared by every job, on disk and in Redis
-
-
-# Jobs and their results cross hosts through Redis, and anyone who can write there (a GPU host
-# that was taken over, say) can write a job. Two rules keep a written job data, not code, for the
-# process that runs or reads it (the orchestrator holds the database):
-# - JSON, never RQ's default pickle, for job payloads and results;
-# - a job runs only if it names one of the functions autoweb enqueues, and no callbacks.
-SERIALIZER = JSONSerializer
-JOB_FUNCTIONS = frozenset(
-    {
-        "kernels.worker.evaluate_job",
-        "kernels.worker.confirm_job",
-        "kernels.worker.table_job",
-        "kernels.worker.revalidate_job",
-        "searches.tasks.run_search",
-        "library.tasks.watch_review",
-    }
-)
-
-
-class SafeJob(Job):
-    """An RQ job that resolves only autoweb's own job functions and never a callback."""
-
-    @property
-    def func(self):
-        if self.func_name not in JOB_FUNCTIONS or self.instance is not None:
-            raise PermissionError(f"job {self.id}: {self.func_name!r} is not an autoweb job")
-        return super().func
-
-    def _refuse_callback(self, name: str | None) -> None:
-        if name:
-            raise PermissionError(f"job {self.id}: callbacks are not run ({name!r})")
-
-    @property
-    def success_callback(self):
-        self._refuse_callback(self._success_callback_name)
-        return None
-
-    @property
-    def failure_callback(self):
-        self._refuse_callback(self._failure_callback_name)
-        return None
-
-    @property
-    def stopped_callback(self):
-        self._refuse_callback(getattr(self, "_stopped_callback_name", None))
-        return None
-
-
-def rq_queue(name: str, conn: redis.Redis | str) -> Queue:
-    """An RQ queue of JSON-serialized SafeJobs; every queue of autoweb is made here."""
-    if isinstance(conn, str):
-        conn = redis.Redis.from_url(conn)
-    return Queue(name, connection=conn, serializer=SERIALIZER, job_class=SafeJob)
-
-
-def fetch_job(job_id: str, conn: redis.Redis) -> Job:
-    return SafeJob.fetch(job_id, connection=conn, serializer=SERIALIZER)
-
-
-def publish(conn: redis.Redis, search_id, event: dict[str, Any]) -> None:
-    """Append one progress event to the search's stream (bounded)."""
-    if search_id is None:
-        return
-    conn.xadd(
-        events_key(search_id),
-        {"data": json.dumps(event, default=str)},
-        maxlen=EVENTS_MAXLEN,
-        approximate=True,
-    )
 
 
 def evaluate_job(
@@ -304,53 +222,13 @@ def _set_current_job(conn: redis.Redis, job_id: str | None) -> None:
 
 
 def _usage_report(problem: str, why: str, dev: str) -> dict:
-    return {
-        "verdict": "rejected",
-        "failure": "malformed",
-        "reasons": [f"malformed: {why}"],
-        "problem": problem,
-        "device": devmod.info(dev, measure_ceilings=False),
-        "checks": {},
-        "shapes": [],
-        "summary": {},
-        "worker": _name,
-    }
-
-
-def register(conn: redis.Redis, name: str, info: dict) -> None:
-    payload = {
-        **info,
-        "device_name": info.get("name"),  # the device's name; "name" is the worker's
-        "name": name,
-        "heartbeat": time.time(),
-        "pid": os.getpid(),
-        "host": platform.node(),
-    }
-    pipe = conn.pipeline()
-    pipe.set(worker_key(name), json.dumps(payload, default=str), ex=WORKER_TTL_S)
-    pipe.sadd(WORKERS_KEY, name)
-    if info.get("kind"):  # when a worker of this kind was last heard (pages: "none since ...")
-        pipe.hset(KINDS_SEEN_KEY, str(info["kind"]), payload["heartbeat"])
-    pipe.execute()
-
-
-def kind_last_seen(conn: redis.Redis, kind: str) -> float | None:
-    """The last heartbeat (epoch seconds) of any worker of `kind`; None if never."""
-    raw = conn.hget(KINDS_SEEN_KEY, kind)
-    return float(raw) if raw is not None else None
-
-
-def online_workers(conn: redis.Redis) -> list[dict]:
-    """Workers whose heartbeat key has not expired (stale names are pruned)."""
-    out = []
-    for raw in sorted(conn.smembers(WORKERS_KEY)):
-        name = raw.decode() if isinstance(raw, bytes) else raw
-        data = conn.get(worker_key(name))
-        if data is None:
-            conn.srem(WORKERS_KEY, name)
-            continue
-        out.append(json.loads(data))
-    return out
+    return rejected_report(
+        "malformed",
+        [f"malformed: {why}"],
+        problem=problem,
+        device=devmod.info(dev, measure_ceilings=False),
+        worker=_name,
+    )
 
 
 def _heartbeat_loop(url: str, name: str, info: dict, stop: threading.Event) -> None:

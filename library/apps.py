@@ -9,9 +9,9 @@ class LibraryConfig(AppConfig):
     verbose_name = "Review and kernel library"
 
     def ready(self) -> None:
-        # What the searches app asks of this one, registered here (imports go library -> searches).
+        # `searches` imports no app built on it: the library hands it what it needs here.
         from library import selectors, watch
         from searches import hooks
 
-        hooks.on_orchestrator_start("re-validation watchers", watch.recover)
         hooks.provide_releases(selectors.released_speedups)
+        hooks.on_orchestrator_start(watch.recover)  # approvals still re-validating

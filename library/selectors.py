@@ -1,6 +1,6 @@
 """Reads: the review queue, a candidate's lineage, reviewer counts, notes for the agent, releases.
 
-Queue rule (docs/review-and-library.md, "The review queue"): a trial is a candidate when
+Queue rule (docs/review-and-library.md): a trial is a candidate when
 - it was kept (accepted by the harness and faster than the incumbent of its time beyond the
   measured noise of both) and is still its search's incumbent (a later incumbent supersedes it),
 - every check in its report passed or was not applicable (none failed),
@@ -495,9 +495,9 @@ def release_summary(*, problem: str | None = None, kind: str | None = None) -> l
 
 
 def released_speedups() -> list[dict[str, Any]]:
-    """The best active release per (GPU kind, problem), for the charts (registered in
-    library.apps as searches.hooks' release provider: rows {"kind", "problem",
-    "speedup_eager", "speedup_compiled", "label", "url"})."""
+    """The best active release per (GPU kind, problem), for the charts (handed to
+    `searches.hooks` in LibraryConfig.ready; docs/charts.md): rows {"kind", "problem",
+    "speedup_eager", "speedup_compiled", "label", "url"}."""
     best = _best_active(Release.objects.all())
     by_kind = sorted(best, key=lambda key: (key[1], key[0]))
     return [

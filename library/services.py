@@ -24,7 +24,8 @@ from rq.registry import StartedJobRegistry
 
 from kernels import problems as registry
 from kernels.engine import compose
-from kernels.worker import fetch_job, queue_name, rq_queue
+from kernels.protocol import REVALIDATE_JOB, SEARCH_QUEUE, WATCH_REVIEW_JOB, queue_name
+from kernels.queues import fetch_job, rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
 from searches import roles
@@ -39,7 +40,7 @@ MAX_TEXT = 10_000
 MAX_REQUEST_KEY = 100
 MAX_ATTEMPTS = 3
 JOB_TIMEOUT_S = 3600
-WATCH_QUEUE = "search"
+WATCH_QUEUE = SEARCH_QUEUE  # watchers run on the orchestrators
 PAST = {
     "approve": "approved",
     "veto": "vetoed",
@@ -199,8 +200,8 @@ def decide(
 
 
 def _tell_agent(review: Review, trial: Trial) -> None:
-    """Hand a veto reason or note to the agent's prompt (a SearchNote, searches.agent.notes);
-    `selectors.review_notes_for_search` serves the same notes."""
+    """Hand a veto reason or note to the agent's prompt (docs/agent.md); the review pages read
+    the same notes (`selectors.review_notes_for_search`)."""
     add_note(
         search=trial.search,
         trial=trial,
@@ -241,7 +242,7 @@ def _enqueue(reval: Revalidation, trial: Trial, attempt: int) -> None:
 
     def go() -> None:
         rq_queue(queue_name(kind), redis_conn()).enqueue(
-            "kernels.worker.revalidate_job",
+            REVALIDATE_JOB,
             kwargs=kwargs,
             job_id=job_id,
             job_timeout=JOB_TIMEOUT_S,
@@ -255,7 +256,7 @@ def _enqueue(reval: Revalidation, trial: Trial, attempt: int) -> None:
 def _enqueue_watch(review_id: int) -> None:
     try:
         rq_queue(WATCH_QUEUE, redis_conn()).enqueue(
-            "library.tasks.watch_review",
+            WATCH_REVIEW_JOB,
             review_id,
             job_timeout=-1,
             result_ttl=3600,

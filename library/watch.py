@@ -11,7 +11,8 @@ import uuid
 
 import redis
 
-from kernels.worker import rq_queue
+from kernels.protocol import WATCH_REVIEW_JOB
+from kernels.queues import rq_queue
 from library import services
 from library.models import Revalidation, Review
 
@@ -66,7 +67,7 @@ def _loop(review_id, conn, started, poll_s, slice_s, token) -> str:
         if time.monotonic() - started > slice_s:
             _release(conn, review_id, token)  # before the next slice could look for it
             rq_queue(services.WATCH_QUEUE, conn).enqueue(
-                "library.tasks.watch_review",
+                WATCH_REVIEW_JOB,
                 review_id,
                 job_timeout=-1,
                 result_ttl=600,

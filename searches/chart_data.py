@@ -107,14 +107,14 @@ def ceilings_by_kind(kinds: list[str] | None = None) -> dict[str, dict[str, Any]
     return found
 
 
-# -- releases (provided by the library app: searches.hooks) -----------------------------------
+# -- releases ------------------------------------------------------------------------------------
 
 
 def releases() -> list[dict[str, Any]]:
     """Released kernels, one row per (GPU kind, problem): ``{"kind", "problem",
-    "speedup_eager", "speedup_compiled", "label", "url"}``, from the provider the library app
-    registers (`searches.hooks.provide_releases`); none without it."""
-    return hooks.releases()
+    "speedup_eager", "speedup_compiled", "label", "url"}``, from the app that provides them
+    (the library app, through `searches.hooks`)."""
+    return hooks.released_speedups()
 
 
 def releases_by_kind() -> dict[str, list[dict[str, Any]]]:

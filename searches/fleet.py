@@ -15,7 +15,8 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
-from kernels.worker import kind_last_seen, online_workers, queue_name, rq_queue
+from kernels.protocol import queue_name
+from kernels.queues import kind_last_seen, online_workers, rq_queue
 from searches.models import Search, Trial, Worker
 
 # A page waits at most this long for Redis before saying it is unreachable.

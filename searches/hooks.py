@@ -1,35 +1,40 @@
-"""What other apps add to the searches app, registered from their `AppConfig.ready`, so that
-imports between apps go one way: `library` imports `searches`, never the reverse.
+"""Where apps built on `searches` plug in, so that `searches` imports none of them.
 
-- recovery hooks: run by `manage.py orchestrator` at start-up, after the searches' own
-  `orchestrator.recover()` (the library's re-validation watchers, say);
-- the released speedups the charts draw (`chart_data.releases()`).
+Imports between the apps go one way (docs/architecture.md): `library` imports `searches`, never
+the reverse. What `searches` needs from an app built on it, the app hands over in its
+`AppConfig.ready()`:
+
+- `provide_releases(fn)`: `fn()` returns the released kernels the charts draw, one row per
+  (GPU kind, problem): ``{"kind", "problem", "speedup_eager", "speedup_compiled", "label",
+  "url"}`` (the library app: the best active release of each);
+- `on_orchestrator_start(fn)`: `fn()` runs when `manage.py orchestrator` starts, next to the
+  searches' own recovery (the library app: re-watch approvals still re-validating).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-_recovery: dict[str, Callable[[], int]] = {}
-_releases: list[Callable[[], list[dict[str, Any]]]] = []
+_release_providers: list[Callable[[], Iterable[dict[str, Any]]]] = []
+_start_hooks: list[Callable[[], Any]] = []
 
 
-def on_orchestrator_start(name: str, hook: Callable[[], int]) -> None:
-    """`hook()` runs when an orchestrator starts; it returns how many things it resumed."""
-    _recovery[name] = hook
+def provide_releases(fn: Callable[[], Iterable[dict[str, Any]]]) -> None:
+    if fn not in _release_providers:
+        _release_providers.append(fn)
 
 
-def recover_all() -> dict[str, int]:
-    return {name: hook() for name, hook in _recovery.items()}
+def on_orchestrator_start(fn: Callable[[], Any]) -> None:
+    if fn not in _start_hooks:
+        _start_hooks.append(fn)
 
 
-def provide_releases(provider: Callable[[], list[dict[str, Any]]]) -> None:
-    """`provider()` returns the best release per (GPU kind, problem), rows of
-    {"kind", "problem", "speedup_eager", "speedup_compiled", "label", "url"}."""
-    if provider not in _releases:
-        _releases.append(provider)
+def released_speedups() -> list[dict[str, Any]]:
+    """Every provider's rows; none (and the charts say "No releases") without a provider."""
+    return [dict(row) for provider in _release_providers for row in provider()]
 
 
-def releases() -> list[dict[str, Any]]:
-    return [dict(row) for provider in _releases for row in provider()]
+def orchestrator_started() -> None:
+    for fn in _start_hooks:
+        fn()

@@ -15,6 +15,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from kernels.protocol import FAILURES
 from searches.errors import IllegalTransition
 
 # Sane caps on an idea's budget: a typo (an extra zero or three) is an error, not a month of GPU.
@@ -27,18 +28,6 @@ DEFAULT_PLATEAU_PATIENCE = 20
 TUNER = "tuner"
 LLM_PREFIX = "llm:"
 
-# The harness's failure categories (kernels.harness.FAILURES, which a test keeps in step), copied
-# so that loading the models does not import torch.
-FAILURES = (
-    "compile_error",
-    "prohibited",
-    "incorrect",
-    "crashed",
-    "timeout",
-    "unstable",
-    "hack_suspected",
-    "malformed",
-)
 FAILURE_CHOICES = [(name, name.replace("_", " ")) for name in FAILURES]
 
 

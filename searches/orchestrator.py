@@ -35,14 +35,23 @@ from rq.registry import StartedJobRegistry
 from kernels.engine import compose
 from kernels.engine.proposers import KnobProposer
 from kernels.knobs import KnobError
-from kernels.worker import WORKER_TTL_S, events_key, fetch_job, online_workers, queue_name, rq_queue
+from kernels.protocol import (
+    CONFIRM_JOB,
+    EVALUATE_JOB,
+    RUN_SEARCH_JOB,
+    SEARCH_QUEUE,
+    TABLE_JOB,
+    WORKER_TTL_S,
+    events_key,
+    queue_name,
+)
+from kernels.queues import fetch_job, online_workers, rq_queue
 from searches import live, selectors, services
 from searches.errors import DomainError, DuplicateCandidate
 from searches.models import Search, StopReason, Trial
 
 log = logging.getLogger(__name__)
 
-SEARCH_QUEUE = "search"
 POLL_S = 0.5
 MAX_ATTEMPTS = 3
 JOB_TIMEOUT_S = 1800
@@ -105,7 +114,7 @@ def enqueue_loop(conn: redis.Redis, search_id: int) -> bool:
             return False
         conn.set(key, job_id, ex=PENDING_S)  # the job it named is gone (lost, or ran)
     search_queue(conn).enqueue(
-        "searches.tasks.run_search",
+        RUN_SEARCH_JOB,
         search_id,
         job_id=job_id,
         job_timeout=-1,
@@ -370,7 +379,7 @@ class Loop:
 
             def go() -> None:
                 rq_queue(queue_name(kind), conn).enqueue(
-                    "kernels.worker.confirm_job",
+                    CONFIRM_JOB,
                     kwargs=kwargs,
                     job_id=job_id,
                     job_timeout=JOB_TIMEOUT_S,
@@ -473,7 +482,7 @@ class Loop:
 
             def go() -> None:
                 rq_queue(queue_name(kind), conn).enqueue(
-                    "kernels.worker.table_job",
+                    TABLE_JOB,
                     kwargs=kwargs,
                     job_id=job_id,
                     job_timeout=JOB_TIMEOUT_S,
@@ -566,7 +575,7 @@ class Loop:
 
             def go() -> None:
                 rq_queue(queue_name(kind), conn).enqueue(
-                    "kernels.worker.evaluate_job",
+                    EVALUATE_JOB,
                     kwargs=kwargs,
                     job_id=job_id,
                     job_timeout=JOB_TIMEOUT_S,

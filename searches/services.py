@@ -46,6 +46,7 @@ from kernels import problems as registry
 from kernels.engine import compose, judge
 from kernels.harness.static import MAX_SOURCE_BYTES, check_source
 from kernels.knobs import KnobError, parse_knobs
+from kernels.protocol import rejected_report
 from searches import crypto, roles
 from searches.agent import endpoints
 from searches.errors import DomainError, DuplicateCandidate, InvalidReport, UnknownWorker, redact
@@ -618,13 +619,7 @@ def reject_trial(
     *, trial: Trial, failure: str, reasons: list[str], gpu_seconds: float = 0.0
 ) -> Trial:
     """Fail a trial without a worker's report (static checks, a job lost too many times)."""
-    report = {
-        "verdict": "rejected",
-        "failure": failure,
-        "reasons": [str(r) for r in reasons] or [failure],
-        "device": {},
-        "summary": {},
-    }
+    report = rejected_report(failure, reasons)
     return record_result(trial=trial, report=report, gpu_seconds=gpu_seconds)
 
 

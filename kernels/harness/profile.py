@@ -12,7 +12,7 @@ import io
 import shutil
 
 from kernels import problems
-from kernels.harness.evaluate import _evaluate, evaluate
+from kernels.harness import evaluate, request_for, run
 
 METRICS = {
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
@@ -67,22 +67,18 @@ def profile(
         "--target-processes",
         "all",
     ]
-    prof = _evaluate(
+    request = request_for(
         problem,
         [source],
         device="cuda",
         tier=tier,
-        shapes=None,
         timeout_s=timeout_s,
-        on_event=None,
-        pool=None,
         budget_s=0.0,
         baselines_compiled=False,
-        skip_static_checks=False,
         verify=False,
-        wrapper=wrapper,
         extra={"profile": True},
     )
+    prof = run(request, wrapper=wrapper)
     log = prof.get("notes", [])
     text = ""
     from pathlib import Path

@@ -36,9 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a problem's tensors are made: the web imports
+    import torch  # this registry for names, shapes and costs and never loads torch for it
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 SEEDS_DIR = BUILTIN_DIR.parent / "seeds"
@@ -136,6 +137,8 @@ class Problem:
     def make_inputs(
         self, shape: dict[str, int], dtype: torch.dtype, device: str, seed: int
     ) -> tuple[torch.Tensor, ...]:
+        import torch
+
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
         inputs = self.module.make_inputs(shape, dtype, device, gen)
@@ -146,6 +149,8 @@ class Problem:
 
     def oracle(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The reference in float64: what every candidate output is compared against."""
+        import torch
+
         hp = tuple(x.double() if x.is_floating_point() else x for x in inputs)
         fn: Callable[..., torch.Tensor] = getattr(self.module, "oracle", self.module.reference)
         with torch.no_grad():

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "kernels" / "seeds" / "softmax.py"
 EXPLOITS = ROOT / "tests" / "fixtures" / "exploits"
 
-# The built-in problems and their kernel signatures (docs/problems.md, the module contract).
+# docs/problems.md: the built-in problems and their kernel signatures.
 BUILTINS = {
     "softmax": "kernel(x)",
     "rmsnorm": "kernel(x, weight)",

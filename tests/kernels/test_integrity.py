@@ -1,4 +1,4 @@
-"""Every planted exploit is rejected for the right reason (docs/harness.md, the integrity checks).
+"""Every planted exploit is rejected for the right reason (docs/harness.md, Checks).
 
 Each fixture in tests/fixtures/exploits/ states in its header the problem it targets, the
 failure category it must get and whether it needs CUDA. Fixtures for any device run on the

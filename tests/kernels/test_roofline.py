@@ -8,7 +8,7 @@ import torch
 from kernels import problems
 from kernels.harness.roofline import place
 
-# The project's H200, as measured (docs/benchmarks/h200.md).
+# The project's H200, as measured (docs/harness.md, Measurement).
 H200 = {"copy_gbps": 4270.0, "matmul_tflops_bf16": 688.0, "l2_bytes": 50 << 20}
 BF16 = torch.bfloat16
 

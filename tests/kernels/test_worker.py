@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from kernels.worker import events_key, online_workers, queue_name, register, rq_queue, worker_key
+from kernels.protocol import events_key, queue_name, worker_key
+from kernels.queues import online_workers, register, rq_queue
 from tests.conftest import test_redis_url
 
 ROOT = Path(__file__).resolve().parents[2]

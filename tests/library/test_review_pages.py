@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from kernels.worker import rq_queue
+from kernels.queues import rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
 from searches.models import Idea, Trial
@@ -301,7 +301,7 @@ def test_a_trial_outside_the_queue_cannot_be_decided(reviewer_client, pair):
 
 
 def test_a_veto_reason_reaches_the_agents_next_prompt(reviewer_client, pair):
-    """The reason lands in the agent prompt's notes (searches.agent.notes)."""
+    """The reason lands in the prompt's notes."""
     pytest.importorskip("searches.agent.notes")
     from searches.agent.context import gather
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rq.results import Result
 
-from kernels.worker import fetch_job, rq_queue
+from kernels.queues import fetch_job, rq_queue
 from library import services, watch
 from library.models import Release, Revalidation
 from searches.models import Idea

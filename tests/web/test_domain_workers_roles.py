@@ -7,10 +7,9 @@ from django.contrib.auth.models import AnonymousUser, Group
 from django.urls import reverse
 from django.utils import timezone
 
-from kernels.harness import FAILURES as HARNESS_FAILURES
 from searches import selectors, services
 from searches.errors import DomainError, UnknownWorker
-from searches.models import FAILURES, Worker
+from searches.models import Worker
 from searches.roles import ENGINEERS, REVIEWERS, is_engineer, is_reviewer
 from tests.web.domain import accepted, judge, propose
 
@@ -133,10 +132,6 @@ def test_granting_a_role(outsider):
     assert list(outsider.groups.values_list("name", flat=True)) == [REVIEWERS]
     with pytest.raises(DomainError, match="Unknown role 'admins'"):
         services.grant_role(user=outsider, role="admins")
-
-
-def test_the_models_know_every_harness_failure_category():
-    assert tuple(HARNESS_FAILURES) == FAILURES
 
 
 # -- admin ------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 from rq import Queue
 
-from kernels.worker import queue_name
+from kernels.protocol import queue_name
 from searches import services
 from searches.models import Search, Trial
 from searches.orchestrator import Loop, enqueue_search, search_queue

@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connection
 
-from kernels.worker import publish
+from kernels.queues import publish
 from searches import live, services
 from searches.models import Trial
 from searches.orchestrator import Loop, coalesce

@@ -11,7 +11,7 @@ import redis
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from kernels.worker import fetch_job
+from kernels.queues import fetch_job
 from searches import orchestrator, services
 from searches.models import Search
 from tests.conftest import test_redis_url

@@ -8,7 +8,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from kernels.worker import register, rq_queue
+from kernels.queues import register, rq_queue
 from searches.models import Idea, Search
 from searches.orchestrator import SEARCH_QUEUE
 from tests.web.domain import SOFTMAX_SEED

@@ -171,7 +171,7 @@ def test_without_measured_ceilings_the_page_says_so_and_gives_no_floor(engineer_
 def test_each_shape_shows_its_floor_on_every_kind_with_measured_ceilings(
     engineer_client, redis_url
 ):
-    from kernels.worker import register
+    from kernels.queues import register
 
     ceilings = {"copy_gbps": 4000.0, "matmul_tflops_bf16": 700.0, "device": "NVIDIA H200"}
     register(

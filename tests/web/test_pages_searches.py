@@ -8,7 +8,7 @@ import pytest
 from django.template.loader import render_to_string
 from django.urls import reverse
 
-from kernels.worker import rq_queue
+from kernels.queues import rq_queue
 from searches import services
 from searches.models import Search, StopReason, Trial
 from searches.orchestrator import SEARCH_QUEUE

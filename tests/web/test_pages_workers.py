@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from kernels.worker import register, rq_queue
+from kernels.queues import register, rq_queue
 from searches import services
 
 pytestmark = pytest.mark.django_db

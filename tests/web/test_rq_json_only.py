@@ -16,7 +16,8 @@ from rq import Queue
 from rq.job import Callback, Job
 from rq.serializers import JSONSerializer
 
-from kernels.worker import fetch_job, queue_name, rq_queue
+from kernels.protocol import queue_name
+from kernels.queues import fetch_job, rq_queue
 from tests.web.test_search_e2e import env  # noqa: F401  (the real-process fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,7 @@ import redis
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from kernels.worker import events_key
+from kernels.protocol import events_key
 from searches import orchestrator, services
 from searches.models import Search, Trial
 from tests.conftest import test_redis_url

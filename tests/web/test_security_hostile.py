@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import pytest
 from django.urls import reverse
 
-from kernels.worker import register
+from kernels.queues import register
 from searches import services
 from searches.agent import notes, packs
 from tests.web.domain import accepted, idea_kwargs, judge, propose

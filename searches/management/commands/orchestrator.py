@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 from rq import SimpleWorker
 
-from kernels.worker import SERIALIZER, SafeJob
+from kernels.queues import SERIALIZER, SafeJob
 from searches import hooks
 from searches.orchestrator import SWEEP_S, recover, redis_conn, search_queue, sweep
 
@@ -23,8 +23,7 @@ class Command(BaseCommand):
         conn = redis_conn()
         n = recover()
         self.stdout.write(f"orchestrator: resuming {n} active search(es)", ending="\n")
-        for what, count in hooks.recover_all().items():  # other apps' (their AppConfig.ready)
-            self.stdout.write(f"orchestrator: resuming {count} {what}", ending="\n")
+        hooks.orchestrator_started()  # what other apps resume (searches.hooks)
         self.stdout.flush()
         stop = threading.Event()
         threading.Thread(target=_sweeper, args=(stop,), daemon=True).start()

@@ -1,0 +1,593 @@
+"""Evaluate candidates: static checks, sandboxed run, float64 verification, report.
+
+`run(request)` is the harness's one entry point (`kernels.protocol.EvaluationRequest` in, the
+report out); `evaluate`, `measure_baselines`, `time_together` and `retime` are built on it. It
+starts (or takes from a pool) a sandboxed child, hands it the spec, and pumps the child's
+messages through `HANDLERS`, one function per message type. The verdict is made here, in the
+caller's process, by the rules in `kernels.harness.verdict`, from raw observations of the child
+and from outputs compared against a reference this process computes itself. Nothing the
+candidate's process says about correctness is believed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from kernels import problems
+from kernels.harness import baselines as bl
+from kernels.harness import device as devmod
+from kernels.harness import sandbox, static
+from kernels.harness import verdict as rules
+from kernels.harness.verdict import Event, geomean
+from kernels.protocol import FAILURES, EvaluationRequest
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOWEB_SANDBOX_TIMEOUT_S", "300"))
+# Screening gives loading and compiling a candidate this long (as Helion's autotuner does): a
+# configuration that compiles for minutes holds a worker and is rarely worth it.
+SCREEN_COMPILE_TIMEOUT_S = float(os.environ.get("AUTOWEB_SCREEN_COMPILE_TIMEOUT_S", "60"))
+
+
+def _seeds(n_shapes: int) -> list[dict]:
+    def s() -> int:
+        return secrets.randbits(62)
+
+    return [
+        {"first": s(), "second": s(), "final": s(), "rot": [s() for _ in range(4)]}
+        for _ in range(n_shapes)
+    ]
+
+
+def request_for(
+    problem: problems.Problem | str, sources: list[str] | tuple[str, ...], **fields
+) -> EvaluationRequest:
+    """The request for `problem` (a name, or a problem loaded from any directory): the request
+    names the problem's directory unless it is a built-in one."""
+    problem = problems.load(problem) if isinstance(problem, str) else problem
+    dirs = () if problem.path.parent == problems.BUILTIN_DIR else (str(problem.path.parent),)
+    return EvaluationRequest(
+        problem=problem.name, problem_dirs=dirs, sources=tuple(sources), **fields
+    )
+
+
+def evaluate(
+    problem: problems.Problem | str,
+    source: str,
+    *,
+    device: str = "auto",
+    tier: str = "smoke",
+    shapes: list[dict] | None = None,
+    timeout_s: float | None = None,
+    on_event: Event | None = None,
+    pool: sandbox.Pool | None = None,
+    budget_s: float = 0.5,
+    baselines_compiled: bool = True,
+    skip_static_checks: bool = False,
+    memory_bytes: int | None = None,
+    file_bytes: int | None = None,
+    baselines: bl.BaselineCache | None = None,
+    rel_ci: float = 0.01,
+    compile_timeout_s: float | None = None,
+) -> dict:
+    """Evaluate one candidate source; returns the report (docs/harness.md, Report).
+
+    With `baselines` (a cache) on a GPU the candidate is *screened*: its timing stops once the
+    medians are tight (`rel_ci`, `budget_s` at most per shape), and the eager and torch.compile
+    times come from the cache, measured in a clean sandbox when missing and checked against a
+    drift canary timed with the candidate. Without it every shape times the candidate and both
+    baselines interleaved for `budget_s` (what confirmations and re-validation use).
+    `compile_timeout_s` caps loading and compiling the candidate (a failure `timeout`; by
+    default SCREEN_COMPILE_TIMEOUT_S when screening, no cap otherwise).
+
+    `skip_static_checks` exists for tests that prove the run-time defences hold on their own.
+    """
+    problem = problems.load(problem) if isinstance(problem, str) else problem
+    dev = devmod.resolve(device)
+    request = request_for(
+        problem,
+        [source],
+        device=dev,
+        tier=tier,
+        shapes=tuple(shapes) if shapes else None,
+        timeout_s=timeout_s,
+        budget_s=budget_s,
+        baselines_compiled=baselines_compiled,
+        skip_static_checks=skip_static_checks,
+        memory_bytes=memory_bytes,
+        file_bytes=file_bytes,
+        compile_timeout_s=compile_timeout_s,
+    )
+    if baselines is None or dev != "cuda":
+        return run(request, on_event=on_event, pool=pool)
+    request = replace(request, compile_timeout_s=compile_timeout_s or SCREEN_COMPILE_TIMEOUT_S)
+    return _screen(problem, request, baselines, rel_ci, on_event=on_event, pool=pool)
+
+
+def _screen(
+    problem: problems.Problem,
+    request: EvaluationRequest,
+    cache: bl.BaselineCache,
+    rel_ci: float,
+    *,
+    on_event: Event | None,
+    pool: sandbox.Pool | None,
+) -> dict:
+    dev = request.device
+    shapes = [dict(s) for s in (request.shapes or problem.shapes(request.tier))]
+    labels = [problems.shape_label(s) for s in shapes]
+    dinfo = devmod.info(dev)
+    dtype = str(problem.dtype(dev)).replace("torch.", "")
+    fields = bl.key_fields(problem, dinfo, dtype)
+    kw = {"pool": pool, "timeout_s": request.timeout_s, "budget_s": request.budget_s}
+    ignored_before = len(cache.ignored)
+    entries, source_of = cache.get(fields, labels), "cached"
+    if entries is None:
+        with cache.lock(fields):
+            entries = cache.get(fields, labels)
+            if entries is None:
+                entries = measure_baselines(problem, shapes, device=dev, **kw)
+                source_of = "measured"
+                cache.put(fields, labels, entries)
+    canary = bl.canary_index(entries)
+    extra = {
+        "timing": "screen",
+        "rel_ci": rel_ci,
+        "canary": canary,
+        "modes": {str(i): e["mode"] for i, e in enumerate(entries)},
+    }
+    request = replace(request, shapes=tuple(shapes), baselines_compiled=False, extra=extra)
+    report = run(request, on_event=on_event, pool=pool, cached=entries)
+    now = next((s.get("canary_eager") for s in report["shapes"] if s.get("canary_eager")), None)
+    if report["verdict"] != "accepted":
+        now = None  # nothing to place, and a rejected candidate's canary proves nothing
+    # The GPU may not be what it was when the baselines were measured: when the canary moved,
+    # they are measured again now and the candidate is placed against the new numbers.
+    placed, info = bl.settle_canary(
+        cache,
+        fields,
+        labels,
+        entries,
+        canary,
+        now,
+        lambda: measure_baselines(problem, shapes, device=dev, **kw),
+    )
+    if placed is not entries:
+        rules.apply_baselines(report, placed)
+    report["baselines"] = {"source": source_of, **info, "ignored": cache.ignored[ignored_before:]}
+    return report
+
+
+def measure_baselines(
+    problem: problems.Problem,
+    shapes: list[dict],
+    *,
+    device: str,
+    pool: sandbox.Pool | None = None,
+    timeout_s: float | None = None,
+    budget_s: float = 0.5,
+) -> list[dict]:
+    """Time eager and torch.compile of the reference on every shape, in a sandboxed child that
+    loads no candidate. One entry per shape: {"eager", "compiled", "mode", "note", ...}."""
+    request = request_for(
+        problem,
+        [],
+        device=device,
+        tier="full",
+        shapes=tuple(shapes),
+        timeout_s=timeout_s,
+        budget_s=budget_s,
+        baselines_compiled=True,
+        skip_static_checks=True,
+        verify=False,
+        extra={"timing": "baselines"},
+    )
+    rep = run(request, pool=pool)
+    if rep["verdict"] != "accepted":
+        raise sandbox.SandboxError(
+            "measuring the baselines failed: " + "; ".join(rep["reasons"])[:500]
+        )
+    entries = []
+    for s in rep["shapes"]:
+        raw = s.get("baseline_stats") or {}
+        if not raw.get("eager"):
+            raise sandbox.SandboxError(f"measuring the baselines: no eager time for {s['label']}")
+        entries.append(
+            {
+                "eager": raw["eager"],
+                "compiled": raw.get("compiled"),
+                "mode": s.get("timing_mode") or "events",
+                "note": "; ".join(s.get("notes") or []) or None,
+                "host": (rep.get("device") or {}).get("host"),
+            }
+        )
+    return entries
+
+
+def time_together(
+    problem: problems.Problem | str,
+    sources: list[str],
+    *,
+    device: str = "auto",
+    tier: str = "smoke",
+    shapes: list[dict] | None = None,
+    timeout_s: float | None = None,
+    budget_s: float = 0.5,
+    pool: sandbox.Pool | None = None,
+    compiled: bool = True,
+) -> dict:
+    """Time several accepted candidates and the baselines interleaved in one sandboxed process,
+    shape by shape (what confirmations and the per-shape table are built from). Outputs
+    produced while timed are verified again; a candidate wrong on a shape is not `passed` there.
+
+    Returns {"labels", "shapes", "kernels": per source a list per shape of {"median", "spread",
+    "passed"}, "baselines": per shape {"eager", "compiled"}, "verdict", "reasons"}.
+    """
+    request = request_for(
+        problem,
+        sources,
+        device=device,
+        tier=tier,
+        shapes=tuple(shapes) if shapes else None,
+        timeout_s=timeout_s,
+        budget_s=budget_s,
+        baselines_compiled=compiled,
+        verify=False,
+    )
+    rep = run(request, pool=pool)
+    ok = rep["verdict"] == "accepted"
+    kernels = []
+    for c in range(len(sources)):
+        per = []
+        for sh in rep["shapes"]:
+            t = (sh.get("retime") or {}).get(c) or {}
+            per.append(
+                {
+                    "median": t.get("median"),
+                    "spread": t.get("spread"),
+                    "passed": bool(ok and t.get("passed")),
+                }
+            )
+        kernels.append(per)
+    return {
+        "labels": [sh["label"] for sh in rep["shapes"]],
+        "shapes": [sh["shape"] for sh in rep["shapes"]],
+        "kernels": kernels,
+        "baselines": [sh.get("baseline_stats") or {} for sh in rep["shapes"]],
+        "verdict": rep["verdict"],
+        "reasons": rep["reasons"],
+        "device": rep.get("device"),
+    }
+
+
+def retime(
+    problem: problems.Problem | str,
+    sources: list[str],
+    *,
+    device: str = "auto",
+    tier: str = "smoke",
+    shapes: list[dict] | None = None,
+    timeout_s: float | None = None,
+    budget_s: float = 0.5,
+    pool: sandbox.Pool | None = None,
+) -> list[dict]:
+    """Re-time several accepted candidates interleaved in one sandboxed process.
+
+    Returns per source {"geomean_ms", "noise", "shapes_ms"}; outputs produced while timed are
+    verified again. A source whose timed outputs are wrong gets geomean_ms None.
+    """
+    together = time_together(
+        problem,
+        sources,
+        device=device,
+        tier=tier,
+        shapes=shapes,
+        timeout_s=timeout_s,
+        budget_s=budget_s,
+        pool=pool,
+        compiled=False,
+    )
+    out = []
+    for per in together["kernels"]:
+        ok = bool(per) and all(t["passed"] and t["median"] is not None for t in per)
+        ms = [t["median"] for t in per] if ok else []
+        spreads = [t["spread"] or 0.0 for t in per] if ok else []
+        out.append(
+            {
+                "geomean_ms": geomean(ms) if ok else None,
+                "noise": statistics.median(spreads) if ok else None,
+                "shapes_ms": ms if ok else None,
+                "reasons": together["reasons"],
+            }
+        )
+    return out
+
+
+def run(
+    request: EvaluationRequest,
+    *,
+    on_event: Event | None = None,
+    pool: sandbox.Pool | None = None,
+    wrapper: list[str] | None = None,
+    cached: list[dict] | None = None,
+) -> dict:
+    """Run the harness once; returns the report (docs/harness.md, Report).
+
+    `on_event` receives progress (`{"phase", "shape", "of"}`); `pool` lends a started sandbox;
+    `wrapper` is a command the sandboxed child runs under (a profiler), its directory then kept
+    (`report["sandbox_dir"]`); `cached` are baseline entries per shape when screening.
+    """
+    started = time.monotonic()
+    problem = problems.load(request.problem, list(request.problem_dirs) or None)
+    dev = devmod.resolve(request.device)
+    shapes = [dict(s) for s in (request.shapes or problem.shapes(request.tier))]
+    dtype = problem.dtype(dev)
+    dinfo = devmod.info(dev)
+    seeds = _seeds(len(shapes))
+    sources = list(request.sources)
+    run_ = rules.Run(problem, dev, shapes, seeds, dtype, on_event)
+    run_.cached = cached
+    run_.retiming = not request.verify and bool(sources)
+
+    def report() -> dict:
+        return rules.assemble_report(run_, problem, dinfo, dtype, request.tier, started, sources)
+
+    if not request.skip_static_checks:
+        for src in sources:
+            st = static.check_source(src, problem.arg_names)
+            if not st.ok:
+                run_.check("static", False, "; ".join(st.reasons))
+                run_.fail(st.failure, "; ".join(st.reasons))
+                return report()
+        run_.check("static", True, "imports, builtins, attributes and signature allowed")
+    else:
+        run_.check("static", None, "skipped (test-only option)")
+
+    kw = {"memory_bytes": request.memory_bytes} if request.memory_bytes else {}
+    if request.file_bytes:
+        kw["file_bytes"] = request.file_bytes
+    child = (
+        pool.acquire()
+        if pool is not None
+        else sandbox.Child(dev, wrapper=wrapper, keep_dir=wrapper is not None, **kw)
+    )
+    pump = _Pump(run_, child, request, dinfo, n_sources=len(sources))
+    try:
+        child.wait_ready()
+        paths = []
+        for k, src in enumerate(sources):
+            p = child.dir / f"candidate_{k}.py"
+            p.write_text(src)
+            paths.append(str(p))
+        child.send(
+            {
+                "problem": problem.name,
+                "problem_dirs": list(request.problem_dirs),
+                "candidates": paths,
+                "device": "cuda" if dev == "cuda" else "cpu",
+                "dtype": str(dtype).replace("torch.", ""),
+                "shapes": shapes,
+                "seeds": seeds,
+                "out_dir": str(child.dir / "out"),
+                "l2_bytes": (dinfo.get("ceilings") or {}).get("l2_bytes"),
+                "budget_s": request.budget_s,
+                "baselines_compiled": request.baselines_compiled,
+                "verify": request.verify,
+                **request.extra,
+            }
+        )
+        pump.loop()
+    except sandbox.SandboxError as e:
+        run_.fail("crashed", str(e))
+    finally:
+        pump.release_gpu()
+        child.close()
+    run_._oracles.clear()
+    if run_.pdev == "cuda":
+        torch.cuda.empty_cache()
+    out = report()
+    out["sandbox_dir"] = str(child.dir)
+    out["sandbox"] = {
+        "network_isolated": sandbox.network_isolation_available(),
+        "filesystem_confined": bool(child.confined.get("filesystem")),
+        "sockets_denied": bool(child.confined.get("sockets_denied")),
+        "confinement": child.confined,
+        "peak_rss_mb": round(child.peak_rss / 2**20, 1),
+    }
+    return out
+
+
+_OUT_OF_MEMORY = ("out of memory", "can't allocate", "cannot allocate", "memoryerror")
+
+
+@dataclass
+class _Pump:
+    """Reads the child's messages until it is done, handing each to its handler (`HANDLERS`).
+    A handler returns True when the run is over. It also holds the GPU lock: exclusive while
+    the child times, shared while outputs are verified."""
+
+    run: rules.Run
+    child: sandbox.Child
+    request: EvaluationRequest
+    dinfo: dict
+    n_sources: int
+    lock: sandbox.GpuLock | None = None
+    # Outputs produced while timed are verified once the child has finished timing and the
+    # GPU lock is shared again: verifying them at once would put this process's reads,
+    # reference and comparison kernels on the GPU while the child times the next shape.
+    timed: list[dict] = field(default_factory=list)
+    t_start: float = field(default_factory=time.monotonic)
+
+    @property
+    def out_root(self) -> Path:
+        return self.child.dir / "out"
+
+    @property
+    def timeout_s(self) -> float:
+        return self.request.timeout_s or DEFAULT_TIMEOUT_S
+
+    def loop(self) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        # Until the child first asks for the GPU it only loads and compiles the candidate: a
+        # screening budget caps that (a config whose compile takes minutes is not worth it).
+        compile_s = self.request.compile_timeout_s
+        compile_deadline = time.monotonic() + compile_s if compile_s else float("inf")
+        compiled = False
+        done = False
+        while not done:
+            msg = self.child.next(deadline if compiled else min(deadline, compile_deadline))
+            t = msg["t"]
+            compiled = compiled or t == "want_gpu" or msg.get("phase") == "verifying"
+            if t == "timeout" and not compiled and time.monotonic() < deadline:
+                self.run.fail(
+                    "timeout",
+                    f"compiling took over {compile_s:.0f} s (the compile budget); "
+                    "the process tree was killed",
+                )
+                break
+            self.run.timeline.append(
+                (msg.get("phase") or t, round(time.monotonic() - self.t_start, 3))
+            )
+            handler = HANDLERS.get(t)
+            done = bool(handler and handler(self, msg))
+        if self.timed:  # the child stopped mid-timing: what it did time is still checked
+            self.share_gpu_and_verify_timed()
+
+    def release_gpu(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def take_gpu_shared(self) -> None:
+        if self.lock is None:
+            self.lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
+
+    def share_gpu_and_verify_timed(self) -> None:
+        # The exclusive phase is over. Outputs bitwise equal to the verified ones need no
+        # GPU; only a differing one (a nondeterministic kernel) waits for the GPU, shared.
+        self.release_gpu()
+        self.run.need_gpu = self.take_gpu_shared
+        for m in self.timed:
+            rules.on_timed(self.run, m, self.out_root, self.dinfo, self.n_sources)
+        if self.timed:
+            self.run.timeline.append(("timed_verified", round(time.monotonic() - self.t_start, 3)))
+        self.timed.clear()
+
+    # -- one handler per message type; True ends the run ---------------------------------------
+
+    def progress(self, msg: dict) -> bool:
+        ev = {"phase": msg.get("phase")}
+        if isinstance(msg.get("i"), int):
+            ev.update(shape=msg["i"], of=msg.get("n"))
+        self.run.on_event(ev)
+        return False
+
+    def verified(self, msg: dict) -> bool:
+        rules.on_verified(self.run, msg, self.out_root)
+        return False
+
+    def want_gpu(self, msg: dict) -> bool:
+        if msg.get("shared"):
+            self.take_gpu_shared()
+            self.child.send({"go": True})
+            return False
+        go = not self.run.failures
+        if go:
+            self.release_gpu()
+            self.lock = sandbox.GpuLock(sandbox.gpu_key()).acquire()
+        self.child.send({"go": go})
+        return False
+
+    def timed_msg(self, msg: dict) -> bool:
+        self.timed.append(msg)
+        return False
+
+    def gpu_done(self, msg: dict) -> bool:
+        self.share_gpu_and_verify_timed()
+        return False
+
+    def e2e(self, msg: dict) -> bool:
+        rules.on_e2e(self.run, msg)
+        return False
+
+    def profiled(self, msg: dict) -> bool:
+        self.run.notes.append("profiled")
+        return False
+
+    def done(self, msg: dict) -> bool:
+        rules.on_done(self.run, msg)
+        return True
+
+    def error(self, msg: dict) -> bool:
+        cat = msg.get("category") if msg.get("category") in FAILURES else "crashed"
+        message = str(msg.get("message", ""))[:2000]
+        if any(k in message.lower() for k in _OUT_OF_MEMORY):
+            message = "out of memory: " + message
+        self.run.fail(cat, message)
+        self.run.notes.append(str(msg.get("tb", ""))[-2000:])
+        return True
+
+    def timeout(self, msg: dict) -> bool:
+        self.run.fail(
+            "timeout", f"no result within {self.timeout_s:.0f} s; the process tree was killed"
+        )
+        return True
+
+    def memory(self, msg: dict) -> bool:
+        self.run.fail(
+            "crashed",
+            f"out of memory: the sandbox used {msg['rss'] / 2**30:.1f} GiB "
+            f"(cap {self.child.memory_bytes / 2**30:.0f} GiB) and was killed",
+        )
+        return True
+
+    def disk(self, msg: dict) -> bool:
+        self.run.fail(
+            "crashed",
+            f"disk full: the sandbox wrote {msg['bytes'] / 2**20:.0f} MiB to its "
+            f"directory (cap {self.child.file_bytes / 2**20:.0f} MiB) and was killed",
+        )
+        return True
+
+    def eof(self, msg: dict) -> bool:
+        with contextlib.suppress(Exception):
+            self.child.proc.wait(timeout=5)
+        self.run.fail(
+            "crashed",
+            f"the sandboxed process died ({self.child.exit_description()}): "
+            f"{self.child.log_tail(1500)}",
+        )
+        return True
+
+    def garbage(self, msg: dict) -> bool:
+        self.run.fail(
+            "crashed", f"the sandboxed process wrote an unreadable message: {msg.get('raw')!r}"
+        )
+        return True
+
+
+# The child's messages (kernels.harness.childrun) and the sandbox's own (timeout, memory, disk,
+# eof, garbage: kernels.harness.sandbox); any other type is ignored.
+HANDLERS: dict[str, Callable[[_Pump, dict], bool]] = {
+    "progress": _Pump.progress,
+    "verified": _Pump.verified,
+    "want_gpu": _Pump.want_gpu,
+    "timed": _Pump.timed_msg,
+    "gpu_done": _Pump.gpu_done,
+    "e2e": _Pump.e2e,
+    "profiled": _Pump.profiled,
+    "done": _Pump.done,
+    "error": _Pump.error,
+    "timeout": _Pump.timeout,
+    "memory": _Pump.memory,
+    "disk": _Pump.disk,
+    "eof": _Pump.eof,
+    "garbage": _Pump.garbage,
+}

@@ -1,0 +1,474 @@
+"""The verdict rules: how the sandboxed child's observations become checks, failures and the
+report (docs/harness.md, Checks and Report).
+
+`Run` is one evaluation's state; the `on_*` functions take one message of the child each
+(kernels.harness.evaluation dispatches them), and `report()` assembles the verdict. Outputs are
+verified here, in the caller's process, against a float64 reference this process computes:
+nothing the candidate's process says about correctness is believed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from kernels import problems
+from kernels.harness import roofline
+from kernels.harness.compare import compare
+from kernels.protocol import FAILURES
+
+UNSTABLE_SPREAD = 0.5
+# The order a failure is reported in when several apply: the most specific first.
+PRIORITY = (
+    "timeout",
+    "crashed",
+    "compile_error",
+    "malformed",
+    "prohibited",
+    "hack_suspected",
+    "incorrect",
+    "unstable",
+)
+
+Event = Callable[[dict], None]
+# References computed at once in this process (each evaluation in flight is a thread): a
+# float64 reference of a large shape takes several GB of GPU memory while it is computed.
+_REFERENCE_SLOTS = threading.BoundedSemaphore(int(os.environ.get("AUTOWEB_REFERENCE_SLOTS", "4")))
+
+
+def _read_raw(meta: dict, dtype: torch.dtype, root: Path) -> tuple[bytearray, list[int]]:
+    path = Path(meta["file"]).resolve()
+    if root.resolve() not in path.parents:
+        raise ValueError("output file outside the sandbox directory")
+    shape = [int(d) for d in meta["shape"]]
+    if any(d < 0 for d in shape) or len(shape) > 8:
+        raise ValueError(f"bad output shape {shape}")
+    numel = math.prod(shape)
+    esize = torch.empty((), dtype=dtype).element_size()
+    raw = bytearray(path.read_bytes())
+    if len(raw) != numel * esize:
+        raise ValueError(f"output file holds {len(raw)} bytes, expected {numel * esize}")
+    return raw, shape
+
+
+def _tensor(raw: bytearray, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+    t = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    return t.view(dtype).reshape(shape)
+
+
+class Run:
+    """State of one evaluation while the child streams its observations."""
+
+    def __init__(self, problem, dev: str, shapes, seeds, dtype, on_event: Event | None):
+        self.problem = problem
+        self.dev = dev
+        self.shapes = shapes
+        self.seeds = seeds
+        self.dtype = dtype
+        self.on_event = on_event or (lambda e: None)
+        self.pdev = "cuda" if dev == "cuda" else "cpu"
+        self.tol = problem.tolerance(dtype)
+        self._oracles: dict[tuple[int, str], torch.Tensor] = {}
+        self.results: list[dict] = [
+            {"shape": s, "label": problems.shape_label(s), "errors": {}} for s in shapes
+        ]
+        self.failures: list[tuple[str, str]] = []
+        self.checks: dict[str, dict] = {}
+        self.notes: list[str] = []
+        self.timeline: list[tuple[str, float]] = []
+        self.end_to_end: dict | None = None
+        # sha256 of each shape's verified output on the "final" inputs (the CUDA-graph
+        # replay): an output timed on those inputs with the same bits needs no second check.
+        self.final_digest: dict[int, str] = {}
+        self.timed_ms: dict[int, dict] = {}  # the child's raw timing stats per shape
+        self.cached: list[dict] | None = None  # baseline entries when screening
+        self.retiming = False  # several candidates (or one) timed together, not evaluated
+        self.need_gpu: Callable[[], None] = lambda: None  # takes the GPU (shared) when needed
+
+    def fail(self, category: str, reason: str) -> None:
+        self.failures.append((category, reason))
+
+    def check(self, name: str, passed: bool | None, detail: str) -> None:
+        prev = self.checks.get(name)
+        if prev is None or (prev["passed"] is not False and passed is False):
+            self.checks[name] = {"passed": passed, "detail": detail}
+
+    def oracle(self, i: int, which: str) -> torch.Tensor:
+        key = (i, which)
+        if key not in self._oracles:
+            seed = self.seeds[i][which]
+            inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
+            self._oracles = {k: v for k, v in self._oracles.items() if k[0] == i}
+            self._oracles[key] = self.problem.oracle(*inputs)
+        return self._oracles[key]
+
+    def verify(self, i: int, tag: str, which: str, meta: dict, root: Path) -> bool:
+        try:
+            raw, shape = _read_raw(meta, self.dtype, root)
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            self.fail("malformed", f"{self.results[i]['label']}: unreadable output: {e}")
+            return False
+        with contextlib.suppress(OSError):
+            Path(meta["file"]).unlink()
+        sha = hashlib.sha256(raw).hexdigest()
+        if tag.startswith("timed") and self.final_digest.get(i) == sha:
+            # The same bits as the output verified on the same inputs: the same verdict, with
+            # no reference to compute and no GPU to wait for.
+            self.results[i]["errors"][tag] = {
+                **self.results[i]["errors"]["graph"],
+                "detail": "bitwise equal to the verified CUDA-graph output",
+            }
+            return True
+        self.need_gpu()
+        out = _tensor(raw, shape, self.dtype)
+        with torch.no_grad(), _REFERENCE_SLOTS:
+            res = compare(out.to(self.pdev), self.oracle(i, which), self.tol)
+        self.results[i]["errors"][tag] = res
+        if tag == "graph" and res["passed"]:
+            self.final_digest[i] = sha
+        del out, raw
+        if self.pdev == "cuda":
+            # Freed blocks stay in this process's cache unless returned: on a shared GPU they
+            # would starve the next candidate's process.
+            torch.cuda.empty_cache()
+        return res["passed"]
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def on_verified(run: Run, msg: dict, root: Path) -> None:
+    i = msg.get("i")
+    if not isinstance(i, int) or not 0 <= i < len(run.shapes):
+        run.fail("crashed", "the sandboxed process reported an unknown shape")
+        return
+    label = run.results[i]["label"]
+    facts = msg.get("facts") or {}
+    probs = [str(p) for p in facts.get("problems", [])]
+    if facts.get("kind") == "malformed":
+        run.check("output_contract", False, f"{label}: " + "; ".join(probs))
+        run.fail("malformed", f"{label}: " + "; ".join(probs))
+        return
+    run.check("output_contract", True, "plain torch.Tensor of the right dtype and device")
+    outs = msg.get("outputs") or {}
+    if "first" in outs:
+        ok = run.verify(i, "first", "first", outs["first"], root)
+        run.check(
+            "correctness",
+            ok,
+            "fresh random inputs (secret seed), float64 reference"
+            if ok
+            else f"{label}: {run.results[i]['errors']['first'].get('reason')}",
+        )
+        if not ok:
+            run.fail("incorrect", f"{label}: {run.results[i]['errors']['first'].get('reason')}")
+        run.results[i]["passed"] = ok
+        if "second" in outs:
+            ok2 = run.verify(i, "second", "second", outs["second"], root)
+            if ok and not ok2:
+                why = (
+                    f"{label}: right on the first call, wrong after new values were written "
+                    "into the same input buffers (results cached across calls)"
+                )
+                run.check("fresh_values", False, why)
+                run.fail("hack_suspected", why)
+            else:
+                run.check(
+                    "fresh_values", ok2 or None, "second call on new values in the same buffers"
+                )
+            run.results[i]["passed"] = ok and ok2
+    for p in probs:
+        name = (
+            "no_aliasing"
+            if "alias" in p
+            else "inputs_unchanged"
+            if "mutated" in p
+            else "fresh_values"
+            if "reused" in p or "first call's buffer" in p
+            else "side_streams"
+            if "stream" in p
+            else "integrity"
+        )
+        run.check(name, False, f"{label}: {p}")
+        run.fail("hack_suspected", f"{label}: {p}")
+    for name, detail in (
+        ("no_aliasing", "output shares no storage with inputs"),
+        ("inputs_unchanged", "inputs bitwise unchanged"),
+    ):
+        run.check(name, True, detail)
+    if run.dev == "cuda" and run.results[i].get("passed") is False:
+        # Already wrong in a plain call: replay and timing checks would only repeat that.
+        run.check("cuda_graph", None, f"{label}: not checked, the plain call is already wrong")
+    elif run.dev == "cuda":
+        if not any("stream" in p for p in probs):
+            run.check("side_streams", True, "output final when the calling stream finished")
+        if facts.get("graph_error") and "out of memory" in facts["graph_error"].lower():
+            why = f"{label}: out of memory during CUDA-graph capture: {facts['graph_error']}"
+            run.check("cuda_graph", False, why)
+            run.fail("crashed", why)
+        elif facts.get("graph_error"):
+            why = f"{label}: breaks CUDA-graph capture: {facts['graph_error']}"
+            run.check("cuda_graph", False, why)
+            run.fail("hack_suspected", why)
+        elif "graph" in outs:
+            ok = run.verify(i, "graph", "final", outs["graph"], root)
+            why = (
+                "captured and replayed on new inputs"
+                if ok
+                else (
+                    f"{label}: wrong output under CUDA-graph replay: "
+                    f"{run.results[i]['errors']['graph'].get('reason')}"
+                )
+            )
+            run.check("cuda_graph", ok, why)
+            if not ok:
+                run.fail("hack_suspected", why)
+    if facts.get("tamper"):
+        _tamper(run, facts["tamper"])
+
+
+def on_e2e(run: Run, msg: dict) -> None:
+    result = msg.get("result") if isinstance(msg.get("result"), dict) else {}
+    passed = result.get("passed") if isinstance(result.get("passed"), bool) else False
+    detail = str(result.get("detail") or "no result")[:1000]
+    run.check("end_to_end", passed, detail)
+    run.end_to_end = {k: v for k, v in result.items() if isinstance(v, str | int | float | bool)}
+    if not passed:
+        cat = result.get("failure") if result.get("failure") in FAILURES else "hack_suspected"
+        run.fail(cat, f"end-to-end: {detail}")
+
+
+def _tamper(run: Run, changes) -> None:
+    why = "monkeypatching detected: " + "; ".join(str(c) for c in changes)[:1500]
+    run.check("no_monkeypatching", False, why)
+    run.fail("hack_suspected", why)
+
+
+def on_timed(run: Run, msg: dict, root: Path, dinfo: dict, n_cands: int) -> None:
+    i = msg.get("i")
+    if not isinstance(i, int) or not 0 <= i < len(run.shapes):
+        run.fail("crashed", "the sandboxed process reported an unknown shape")
+        return
+    r = run.results[i]
+    ms = msg.get("ms") if isinstance(msg.get("ms"), dict) else {}
+    outs = msg.get("outputs") or {}
+    r["timing_mode"] = msg.get("mode")
+    notes = [str(n) for n in msg.get("notes") or []]
+    for note in notes:
+        run.notes.append(f"{r['label']}: {note}")
+    run.timed_ms[i] = ms
+    if n_cands == 0:  # the baselines alone (measure_baselines): nothing to verify
+        r["baseline_stats"] = {k: _stats(ms.get(k)) for k in ("eager", "compiled")}
+        r["notes"] = notes
+        return
+    timed_ok = []
+    for c in range(n_cands):
+        meta = outs.get(f"timed{c}")
+        ok = bool(meta) and run.verify(i, f"timed{c}", "final", meta, root)
+        timed_ok.append(ok)
+    if not run.retiming:
+        if not timed_ok[0]:
+            why = (
+                f"{r['label']}: output produced while being timed is wrong: "
+                f"{r['errors'].get('timed0', {}).get('reason', 'missing')}"
+            )
+            run.check("timed_outputs", False, why)
+            run.fail("hack_suspected", why)
+        else:
+            run.check("timed_outputs", True, "outputs produced inside the timing loop verified")
+        if run.cached is not None and ms.get("eager"):
+            r["canary_eager"] = _stats(ms.get("eager"))
+        _place(run, r, ms, dinfo)
+    else:
+        r["retime"] = {}
+        for c in range(n_cands):
+            st = ms.get(f"candidate{c}") or {}
+            r["retime"][c] = {
+                "median": _num(st.get("median")),
+                "spread": _num(st.get("spread")),
+                "passed": timed_ok[c] and _num(st.get("median")) is not None,
+            }
+        r["baseline_stats"] = {k: _stats(ms.get(k)) for k in ("eager", "compiled")}
+        if not all(timed_ok):
+            run.fail("hack_suspected", f"{r['label']}: outputs produced while re-timed are wrong")
+
+
+def _num(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 else None
+
+
+def _stats(st) -> dict | None:
+    """The numbers of a timing stats dict that the caller keeps (None when there is none)."""
+    if not isinstance(st, dict) or _num(st.get("median")) is None:
+        return None
+    keep = ("median", "spread", "ci", "n", "p25", "p75", "min", "max")
+    return {k: st.get(k) for k in keep if isinstance(st.get(k), int | float)}
+
+
+def _place(run: Run, r: dict, ms: dict, dinfo: dict) -> None:
+    c = ms.get("candidate0") or {}
+    cm = _num(c.get("median"))
+    if cm is None or cm <= 0:
+        run.fail("crashed", f"{r['label']}: no usable timing reported")
+        return
+    cs = _num(c.get("spread")) or 0.0
+    r.update(
+        candidate_ms=cm,
+        candidate_spread=cs,
+        candidate_ci=_num(c.get("ci")),
+        candidate_samples=c.get("n"),
+    )
+    i = run.results.index(r)
+    if run.cached is not None:
+        entry = run.cached[i]
+        _speedups(r, entry.get("eager"), entry.get("compiled"), cached=entry)
+    else:
+        _speedups(r, ms.get("eager"), ms.get("compiled"))
+    ceil = dinfo.get("ceilings")
+    if ceil:
+        shape = r["shape"]
+        pl = roofline.place(cm, run.problem.flops(shape), run.problem.bytes(shape, run.dtype), ceil)
+        r.update(pl)
+        if pl["beyond_roofline"]:
+            why = (
+                f"{r['label']}: {cm * 1e3:.1f} us is faster than the roofline floor "
+                f"{pl['floor_ms'] * 1e3:.1f} us allows ({pl['roofline_fraction']:.2f}x): "
+                "work skipped or timing defeated"
+            )
+            run.check("roofline", False, why)
+            run.fail("hack_suspected", why)
+        else:
+            run.check("roofline", True, "every shape within the measured ceilings")
+    if cs > UNSTABLE_SPREAD:
+        why = f"{r['label']}: candidate timing spread {cs:.0%} of the median"
+        run.check("stability", False, why)
+        run.fail("unstable", why)
+    else:
+        run.check("stability", True, "interquartile spread under 50% of the median")
+
+
+def _speedups(r: dict, eager, compiled, cached: dict | None = None) -> None:
+    """The baselines' times and the candidate's speedups and wins on one shape."""
+    e, k = eager or {}, compiled or {}
+    cm, cs = r["candidate_ms"], r["candidate_spread"]
+    em, km = _num(e.get("median")), _num(k.get("median"))
+    es, ks = _num(e.get("spread")) or 0.0, _num(k.get("spread")) or 0.0
+    r.update(
+        eager_ms=em,
+        eager_spread=es if em else None,
+        compiled_ms=km,
+        compiled_spread=ks if km else None,
+    )
+    r["speedup_eager"] = em / cm if em else None
+    r["speedup_compiled"] = km / cm if km else None
+    r["win_eager"] = bool(em and em / cm > 1 + cs + es)
+    r["win_compiled"] = bool(km and km / cm > 1 + cs + ks)
+    if cached is not None:
+        r["baseline_source"] = "cached"
+        r["baseline_measured_at"] = cached.get("measured_at")
+        if cached.get("note") and not km:
+            r["compiled_note"] = cached["note"]
+    else:
+        r["baseline_source"] = "measured"
+
+
+def apply_baselines(report: dict, entries: list[dict]) -> None:
+    """Place a screened report's timed shapes against other baseline entries (re-measured)."""
+    for r, entry in zip(report["shapes"], entries, strict=True):
+        if r.get("candidate_ms"):
+            _speedups(r, entry.get("eager"), entry.get("compiled"), cached=entry)
+    report["summary"].update(summarise(report["shapes"]))
+
+
+def on_done(run: Run, msg: dict) -> None:
+    strays = msg.get("strays")
+    if isinstance(strays, int) and strays > 0:
+        run.fail(
+            "prohibited",
+            f"the candidate started {strays} process(es) still running when it finished; "
+            "they were killed",
+        )
+    ops = msg.get("ops") or {}
+    if isinstance(ops, dict) and ops:
+        listing = ", ".join(f"{k} x{v}" for k, v in sorted(ops.items()))[:1000]
+        why = f"library fallback: the candidate called torch compute ops ({listing})"
+        run.check("library_fallback", False, why)
+        run.fail("prohibited", why)
+    else:
+        run.check("library_fallback", True, "only allocation, view and copy ops dispatched")
+    if msg.get("tamper"):
+        _tamper(run, msg["tamper"])
+    elif "no_monkeypatching" not in run.checks:
+        run.check("no_monkeypatching", True, "torch, triton, timers and harness unchanged")
+
+
+def assemble_report(run: Run, problem, dinfo, dtype, tier, started, sources) -> dict:
+    failure = None
+    reasons: list[str] = []
+    if run.failures:
+        cats = {c for c, _ in run.failures}
+        failure = next(c for c in PRIORITY if c in cats)
+        seen = set()
+        for c, why in sorted(run.failures, key=lambda f: PRIORITY.index(f[0])):
+            if why not in seen:
+                seen.add(why)
+                reasons.append(f"{c}: {why}")
+    shapes = run.results
+    summary = {**summarise(shapes), "seconds": round(time.monotonic() - started, 3)}
+    if run.dev != "cuda":
+        for name in ("side_streams", "cuda_graph", "timed_outputs", "roofline", "stability"):
+            run.checks.setdefault(name, {"passed": None, "detail": "skipped: needs CUDA"})
+    return {
+        "verdict": "rejected" if failure else "accepted",
+        "failure": failure,
+        "reasons": reasons,
+        "problem": problem.name,
+        "tier": tier,
+        "dtype": str(dtype).replace("torch.", ""),
+        "device": dinfo,
+        "checks": run.checks,
+        "shapes": shapes,
+        "summary": summary,
+        "notes": [n for n in run.notes if n][:50],
+        **({"end_to_end": run.end_to_end} if run.end_to_end is not None else {}),
+        "timeline": timeline_of(run.timeline),
+    }
+
+
+def summarise(shapes: list[dict]) -> dict:
+    timed = [s for s in shapes if s.get("candidate_ms")]
+    se = [s["speedup_eager"] for s in timed if s.get("speedup_eager")]
+    sc = [s["speedup_compiled"] for s in timed if s.get("speedup_compiled")]
+    return {
+        "shapes": len(shapes),
+        "shapes_passed": sum(1 for s in shapes if s.get("passed")),
+        "geomean_ms": geomean([s["candidate_ms"] for s in timed])
+        if len(timed) == len(shapes)
+        else None,
+        "geomean_speedup_eager": geomean(se) if se and len(se) == len(shapes) else None,
+        "geomean_speedup_compiled": geomean(sc) if sc and len(sc) == len(shapes) else None,
+        "min_speedup_eager": min(se) if se else None,
+        "min_speedup_compiled": min(sc) if sc else None,
+        "noise": statistics.median([s["candidate_spread"] for s in timed]) if timed else None,
+        "wins_eager": sum(1 for s in timed if s.get("win_eager")),
+        "wins_compiled": sum(1 for s in timed if s.get("win_compiled")),
+    }
+
+
+def timeline_of(events: list[tuple[str, float]]) -> dict[str, float]:
+    """Seconds from handing the spec to the child until each phase first began."""
+    out: dict[str, float] = {}
+    for name, t in events:
+        out.setdefault(name, t)
+    return out

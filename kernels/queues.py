@@ -1,0 +1,126 @@
+"""RQ queues and worker records in Redis, as both sides use them: torch-free and Django-free.
+
+The web side (the orchestrator, the library app, the GPU page) enqueues jobs and reads worker
+heartbeats through this module; the GPU worker (`kernels.worker`) serves the queues and writes
+its heartbeat through it. Names of queues, keys and jobs come from `kernels.protocol`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from typing import Any
+
+import redis
+from rq import Queue
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from kernels.protocol import (
+    EVENTS_MAXLEN,
+    JOB_FUNCTIONS,
+    KINDS_SEEN_KEY,
+    WORKER_TTL_S,
+    WORKERS_KEY,
+    ProgressEvent,
+    events_key,
+    worker_key,
+)
+
+# Jobs and their results cross hosts through Redis, and anyone who can write there (a GPU host
+# that was taken over, say) can write a job. Two rules keep a written job data, not code, for the
+# process that runs or reads it (the orchestrator holds the database):
+# - JSON, never RQ's default pickle, for job payloads and results;
+# - a job runs only if it names one of the functions autoweb enqueues, and no callbacks.
+SERIALIZER = JSONSerializer
+
+
+class SafeJob(Job):
+    """An RQ job that resolves only autoweb's own job functions and never a callback."""
+
+    @property
+    def func(self):
+        if self.func_name not in JOB_FUNCTIONS or self.instance is not None:
+            raise PermissionError(f"job {self.id}: {self.func_name!r} is not an autoweb job")
+        return super().func
+
+    def _refuse_callback(self, name: str | None) -> None:
+        if name:
+            raise PermissionError(f"job {self.id}: callbacks are not run ({name!r})")
+
+    @property
+    def success_callback(self):
+        self._refuse_callback(self._success_callback_name)
+        return None
+
+    @property
+    def failure_callback(self):
+        self._refuse_callback(self._failure_callback_name)
+        return None
+
+    @property
+    def stopped_callback(self):
+        self._refuse_callback(getattr(self, "_stopped_callback_name", None))
+        return None
+
+
+def rq_queue(name: str, conn: redis.Redis | str) -> Queue:
+    """An RQ queue of JSON-serialized SafeJobs; every queue of autoweb is made here."""
+    if isinstance(conn, str):
+        conn = redis.Redis.from_url(conn)
+    return Queue(name, connection=conn, serializer=SERIALIZER, job_class=SafeJob)
+
+
+def fetch_job(job_id: str, conn: redis.Redis) -> Job:
+    return SafeJob.fetch(job_id, connection=conn, serializer=SERIALIZER)
+
+
+def publish(conn: redis.Redis, search_id: int | str | None, event: ProgressEvent) -> None:
+    """Append one progress event to the search's stream (bounded)."""
+    if search_id is None:
+        return
+    conn.xadd(
+        events_key(search_id),
+        {"data": json.dumps(event, default=str)},
+        maxlen=EVENTS_MAXLEN,
+        approximate=True,
+    )
+
+
+def register(conn: redis.Redis, name: str, info: dict[str, Any]) -> None:
+    """Write a worker's heartbeat record (expires after WORKER_TTL_S)."""
+    payload = {
+        **info,
+        "device_name": info.get("name"),  # the device's name; "name" is the worker's
+        "name": name,
+        "heartbeat": time.time(),
+        "pid": os.getpid(),
+        "host": platform.node(),
+    }
+    pipe = conn.pipeline()
+    pipe.set(worker_key(name), json.dumps(payload, default=str), ex=WORKER_TTL_S)
+    pipe.sadd(WORKERS_KEY, name)
+    if info.get("kind"):  # when a worker of this kind was last heard (pages: "none since ...")
+        pipe.hset(KINDS_SEEN_KEY, str(info["kind"]), payload["heartbeat"])
+    pipe.execute()
+
+
+def kind_last_seen(conn: redis.Redis, kind: str) -> float | None:
+    """The last heartbeat (epoch seconds) of any worker of `kind`; None if never."""
+    raw = conn.hget(KINDS_SEEN_KEY, kind)
+    return float(raw) if raw is not None else None
+
+
+def online_workers(conn: redis.Redis) -> list[dict[str, Any]]:
+    """Workers whose heartbeat key has not expired (stale names are pruned)."""
+    out = []
+    for raw in sorted(conn.smembers(WORKERS_KEY)):
+        name = raw.decode() if isinstance(raw, bytes) else raw
+        data = conn.get(worker_key(name))
+        if data is None:
+            conn.srem(WORKERS_KEY, name)
+            continue
+        out.append(json.loads(data))
+    return out
