@@ -12,7 +12,7 @@ Queue rule (docs/review-and-library.md): a trial is a candidate when
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, F, Max, Q, QuerySet
@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from library.models import Release, Revalidation, Review
-from searches.models import Search, Trial, Worker
+from searches.models import Search, Trial
 from searches.selectors import Page, page_number
 
 SORTS = {
@@ -226,19 +226,27 @@ def review_status(trial: Trial) -> dict[str, Any]:
 
 def revalidation_states(revalidations: list[Revalidation]) -> dict[int, str]:
     """Per queued re-validation (by id), what it waits for: "awaiting re-validation on h200:
-    no h200 worker is online ..." when none of its GPU kind is, else "re-validating on h200
-    (N workers online)". One look at the fleet for them all."""
+    no h200 worker is online (none online since ...)" when no worker of its GPU kind
+    heartbeats in Redis, else "re-validating on h200 (N workers online)"."""
     queued = [r for r in revalidations if not r.terminal]
     if not queued:
         return {}
+    import redis
+
+    from kernels.worker import kind_last_seen
     from searches import fleet as fleets  # reads Redis; only when something waits
 
     now = fleets.fleet(registered=False)
-    seen = dict(
-        Worker.objects.filter(kind__in={r.kind for r in queued})
-        .values_list("kind")
-        .annotate(last=Max("last_heartbeat"))
-    )
+    kinds = sorted({r.kind for r in queued})
+    seen: dict[str, float | None] = {}
+    if not now.redis_error:
+        conn = fleets.connect()
+        try:
+            seen = {kind: kind_last_seen(conn, kind) for kind in kinds}
+        except (redis.RedisError, OSError):
+            now.redis_error = "unreachable"
+        finally:
+            conn.close()
     states = {}
     for reval in queued:
         kind = reval.kind
@@ -253,9 +261,10 @@ def revalidation_states(revalidations: list[Revalidation]) -> dict[int, str]:
         else:
             last = seen.get(kind)
             when = (
-                f"none online since {timezone.localtime(last):%Y-%m-%d %H:%M}"
-                if last
-                else f"no {kind} worker has ever registered"
+                "none online since "
+                f"{timezone.localtime(datetime.fromtimestamp(last, tz=UTC)):%Y-%m-%d %H:%M %Z}"
+                if last is not None
+                else "none has been online"
             )
             states[reval.pk] = (
                 f"awaiting re-validation on {kind}: no {kind} worker is online ({when}); it "

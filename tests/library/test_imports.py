@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from kernels.worker import register, rq_queue
+from kernels.worker import register, rq_queue, worker_key
 from library import selectors
 from library.models import Review
 from searches import imports
@@ -267,7 +267,7 @@ def test_an_imported_trial_shows_as_imported_on_every_page(
     (message,) = review.context["messages"]
     assert f"Re-validation is queued on every target GPU kind. A{waiting[1:]}" in str(message)
     html = review.content.decode()
-    assert waiting in html and "no h200 worker has ever registered" in html
+    assert waiting in html and "(none has been online)" in html
     releases = reviewer_client.get(reverse("library:releases")).content.decode()
     assert 'id="awaiting-revalidation"' in releases and waiting in releases
     assert label in releases
@@ -280,6 +280,10 @@ def test_an_imported_trial_shows_as_imported_on_every_page(
     register(redis_url, "box:gpu0", {"kind": "h200", "name": "NVIDIA H200"})
     html = reviewer_client.get(review_url).content.decode()
     assert waiting not in html and "re-validating on h200 (1 worker online)" in html
+    # It goes away again: the page says since when none is online.
+    redis_url.delete(worker_key("box:gpu0"))
+    html = reviewer_client.get(review_url).content.decode()
+    assert waiting in html and "(none online since " in html
 
 
 def test_a_release_of_an_imported_trial_shows_where_it_was_measured(
