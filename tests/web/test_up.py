@@ -177,7 +177,8 @@ def test_up_refuses_a_count_below_one(flag):
 
 
 @pytest.mark.slow
-def test_two_sigterms_to_the_process_group_still_stop_everything(tmp_path):
+@pytest.mark.parametrize("gap_s", [0.3, 0.0])  # mid-shutdown; on the heels of the first
+def test_two_sigterms_to_the_process_group_still_stop_everything(tmp_path, gap_s):
     """A second SIGTERM while `up` is shutting down must not abort the shutdown: nothing it
     started (Redis, web, orchestrator, worker, the worker's sandboxes) and no temporary
     directory of its own is left."""
@@ -212,7 +213,7 @@ def test_two_sigterms_to_the_process_group_still_stop_everything(tmp_path):
         assert any("kernels.worker" in _cmd(p) for p in seen), [_cmd(p) for p in seen]
         assert list(tmp.glob("autoweb-up-*")), "up made no temporary directory"
         os.killpg(proc.pid, signal.SIGTERM)
-        time.sleep(0.3)  # shutting down by now: the second signal lands in the middle of it
+        time.sleep(gap_s)  # the second signal lands in the middle of the shutdown, or its start
         os.killpg(proc.pid, signal.SIGTERM)
         proc.communicate(timeout=120)
     finally:
@@ -227,6 +228,8 @@ def test_two_sigterms_to_the_process_group_still_stop_everything(tmp_path):
     ]
     assert not alive, f"processes left running: {alive}"
     assert not list(tmp.glob("autoweb-up-*")), "the temporary directory was left behind"
+    # Nor any other: the sandboxes' working directories went with them.
+    assert not list(tmp.iterdir()), sorted(p.name for p in tmp.iterdir())
 
 
 @pytest.mark.django_db(transaction=True)
@@ -314,3 +317,25 @@ def test_the_demo_imports_real_h200_reports_to_review_once(redis_url, settings, 
     again._demo_user()
     assert again._demo_reports() == said
     assert ReportImport.objects.count() == 3 and Search.objects.count() == 3
+
+
+def test_the_first_stop_signal_ignores_any_later_one_before_the_stop_begins():
+    """Between the first signal and `_down` (an except clause, a write to a closed pipe) a
+    second SIGTERM or Ctrl-C could still raise: the handler ignores both before it returns."""
+    from searches.management.commands.up import stop_on_signal
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        signal.signal(signal.SIGTERM, stop_on_signal)
+        signal.signal(signal.SIGINT, stop_on_signal)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs here
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored: nothing is raised
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

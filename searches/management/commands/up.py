@@ -50,6 +50,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_on_signal(signum: int, frame: object) -> None:
+    """SIGTERM or SIGINT: stop everything. Later ones are ignored from this moment, before the
+    stop begins, so none can interrupt it (not even between this handler and `_down`)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 class Command(BaseCommand):
     help = "Start everything: Redis (embedded if REDIS_URL is unset), web, orchestrator, worker."
 
@@ -92,7 +100,8 @@ class Command(BaseCommand):
         self.specs: dict[str, tuple[list[str], dict]] = {}
         self.restarts: dict[str, list[float]] = {}
         self.tmp = Path(tempfile.mkdtemp(prefix="autoweb-up-"))
-        signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, stop_on_signal)
         try:
             self._up(host, port, device, no_demo, run_for)
         except KeyboardInterrupt:
@@ -329,7 +338,8 @@ class Command(BaseCommand):
 
     def _down(self) -> None:
         # Finish whatever signals arrive meanwhile: a second SIGTERM or Ctrl-C must not leave
-        # half the processes running.
+        # half the processes running (`stop_on_signal` ignores them from the first one on; this
+        # covers a stop without a signal: --run-for, a failed start).
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)
         # Every process below ours, taken before anything stops: a worker's sandboxes run in
