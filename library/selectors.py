@@ -233,7 +233,7 @@ def revalidation_states(revalidations: list[Revalidation]) -> dict[int, str]:
         return {}
     import redis
 
-    from kernels.worker import kind_last_seen
+    from kernels.queues import kind_last_seen
     from searches import fleet as fleets  # reads Redis; only when something waits
 
     now = fleets.fleet(registered=False)
