@@ -84,7 +84,7 @@ def test_up_serves_the_app_runs_a_demo_search_and_stops_every_process(tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert "login: demo / demo-test-pw" in out
     assert "redis: redis://127.0.0.1:" in out  # embedded, since REDIS_URL was unset
-    assert "review queue: 3 candidates wait for review, 3 of them imported H200 reports" in out
+    assert "review queue: 3 imported H200 reports to review (layernorm, rmsnorm, softmax)" in out
     time.sleep(1)
     alive = [
         p
@@ -308,7 +308,7 @@ def test_the_demo_imports_real_h200_reports_to_review_once(redis_url, settings, 
     first, again = Command(), Command()
     first._demo_user()
     said = first._demo_reports()
-    assert said == "3 candidates wait for review, 3 of them imported H200 reports"
+    assert said == "3 imported H200 reports to review (layernorm, rmsnorm, softmax)"
     queue = selectors.review_queue().trials
     assert sorted(t.search.idea.problem for t in queue) == ["layernorm", "rmsnorm", "softmax"]
     assert all(t.imported.kind == "h200" and t.imported.host == "vm" for t in queue)
