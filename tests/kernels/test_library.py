@@ -365,6 +365,15 @@ def test_more_compiled_shapes_than_dynamos_recompile_limit_each_get_a_graph(
         assert kernel.route_of(x) == "compiled"
     assert getattr(config, name) == 1, "the limit is raised for the compiling call only"
     assert kernel._compiled.failed is None, kernel._compiled.failed
+    # Later calls find their graphs: nothing compiles again, and the limit is not met (it would
+    # raise here rather than run eagerly).
+    if hasattr(config, "fail_on_recompile_limit_hit"):
+        monkeypatch.setattr(config, "fail_on_recompile_limit_hit", True)
+    done = counters["stats"]["unique_graphs"]
+    for m, n in rows:
+        x = torch.randn(m, n)
+        torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+    assert counters["stats"]["unique_graphs"] == done
 
 
 def test_a_failing_compile_serves_every_compiled_shape_with_the_reference(tmp_path, interpret):
