@@ -221,8 +221,12 @@ class Loop:
                 search = services.request_stop(search=search, reason=reason)
                 live.search_changed(search)
         if search.status == Search.Status.STOPPING:
-            self.withdraw_unstarted(search, kind)
-            if not self.running(search) and self.table_done(search, kind):
+            if self.kind_online(kind):  # what is in flight finishes: queued trials, re-times
+                busy = search.trials.filter(status__in=IN_FLIGHT).exists()
+            else:  # nothing would ever take them: what waits is withdrawn, the search ends
+                self.withdraw_unstarted(search, kind)
+                busy = self.running(search)
+            if not busy and self.table_done(search, kind):
                 search = services.finish_search(search=search, reason=search.stop_reason)
                 live.search_changed(search)
                 return False
@@ -235,6 +239,9 @@ class Loop:
         kinds = search.idea.target_kinds or ["interpret"]
         return kinds[0]
 
+    def kind_online(self, kind: str) -> bool:
+        return any(w.get("kind") == kind for w in online_workers(self.conn))
+
     def running(self, search: Search) -> bool:
         """Some evaluation or re-time of the search is queued or on a worker."""
         unfinished = search.trials.filter(status__in=IN_FLIGHT)
@@ -245,10 +252,11 @@ class Loop:
         )
 
     def withdraw_unstarted(self, search: Search, kind: str) -> None:
-        """A stopping search starts nothing new: its jobs no worker has taken yet leave their
-        GPU queue, so a search aimed at a kind with no worker online stops at once. LREM is
-        atomic with a worker's dequeue: a job is either taken by a worker (and finishes) or
-        removed here (and never runs). The trials keep their place (`Trial.withdraw`)."""
+        """A stopping search with no worker of its kind online: its jobs no worker has taken
+        leave their GPU queue, so it stops at once instead of waiting for a worker that may
+        never come. LREM is atomic with a worker's dequeue: a job is either taken by a worker
+        (and finishes) or removed here (and never runs). The trials keep their place
+        (`Trial.withdraw`) for a resumed search to run."""
         queue = rq_queue(queue_name(kind), self.conn)
         waiting = search.trials.filter(
             status__in=(Trial.Status.QUEUED, Trial.Status.CONFIRMING), job_id__isnull=False
@@ -270,20 +278,21 @@ class Loop:
 
     def reconcile(self, search: Search, kind: str) -> None:
         queue = rq_queue(queue_name(kind), self.conn)
-        stopping = search.status == Search.Status.STOPPING  # it starts nothing new
+        # Stopping with no worker of its kind online: nothing would take a new job.
+        stranded = search.status == Search.Status.STOPPING and not self.kind_online(kind)
         StartedJobRegistry(queue=queue).cleanup()  # jobs of dead workers become "failed"
         confirming = False
         for trial in search.trials.filter(status__in=IN_FLIGHT).order_by("index"):
             if trial.status == Trial.Status.CONFIRMING and not trial.job_id:
                 # One confirmation at a time per search, oldest trial first: each is judged
                 # against the incumbent the one before it may have replaced.
-                if not confirming and not stopping:
+                if not confirming and not stranded:
                     self.enqueue_confirmation(trial, kind)
                     confirming = True
                 continue
             confirming = confirming or trial.status == Trial.Status.CONFIRMING
             if trial.status == Trial.Status.PROPOSED or not trial.job_id:
-                if not stopping:
+                if not stranded:
                     self.enqueue(trial, kind, attempt=trial.attempts + 1)
                 continue
             job = None
@@ -446,7 +455,7 @@ class Loop:
             return True
         if (
             status == JobStatus.QUEUED
-            and not any(w.get("kind") == kind for w in online_workers(self.conn))
+            and not self.kind_online(kind)
             and self.conn.lrem(rq_queue(queue_name(kind), self.conn).key, 0, job.id)
         ):  # every worker of its kind left before taking it: the search stops without a table
             job.delete(remove_from_queue=False)

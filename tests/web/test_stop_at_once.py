@@ -95,6 +95,25 @@ def test_a_trial_a_worker_has_taken_finishes_before_the_search_does(
     assert "waiting for an h200 worker" not in html  # one is online, and has it
 
 
+def test_with_a_worker_of_its_kind_online_a_queued_trial_still_runs_after_stop(
+    engineer_client, stuck, redis_url
+):
+    """A worker will take it soon (it may be busy with other searches' jobs): the trial was
+    proposed and counted, so it is evaluated, as before, and the search waits for it."""
+    trial = stuck.trials.get()
+    register(redis_url, "gpuhost:gpu0", {"kind": "h200", "queue": queue_name("h200")})
+    engineer_client.post(reverse("searches:search_stop", args=[stuck.pk]))
+    assert Search.objects.get(pk=stuck.pk).status == S.STOPPING
+    assert _gpu_queue(redis_url) == [trial.job_id]
+    trial.refresh_from_db()
+    assert trial.status == Trial.Status.QUEUED
+    # Its worker goes away (the heartbeat expires) before taking it: the next pass ends it.
+    redis_url.delete("autoweb:worker:gpuhost:gpu0")
+    _pass(stuck)
+    assert Search.objects.get(pk=stuck.pk).status == S.FINISHED
+    assert _gpu_queue(redis_url) == []
+
+
 def test_a_stopped_search_left_with_a_job_the_orchestrator_re_enqueued_still_ends(stuck, redis_url):
     """A lost evaluation is queued again by the stopping pass; the same pass withdraws it."""
     trial = stuck.trials.get()
