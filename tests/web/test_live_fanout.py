@@ -309,7 +309,11 @@ async def test_a_status_change_is_rendered_once_with_each_browsers_own_csrf_toke
 
     frame = await ws.receive_from(timeout=WAIT)
     assert frame.startswith('<section hx-swap-oob="true" id="search-status"')
-    assert normal(frame.replace(' hx-swap-oob="true"', "", 1)) == normal(htmx)
+    # The section, then the page's live counts outside it (rendered once, in the message too).
+    end = frame.rindex("</section>") + len("</section>")
+    section, counts = frame[:end], frame[end:]
+    assert normal(section.replace(' hx-swap-oob="true"', "", 1)) == normal(htmx)
+    assert counts == "\n" + message["counts"] and 'id="trials-total"' in counts
     tokens = _tokens(frame)
     assert len(tokens) == 2 and all(_does_token_match(t, secret) for t in tokens)
     await ws.disconnect()
