@@ -214,12 +214,12 @@ def test_an_ended_search_resumes_from_its_history(search, engineer, end):
 def test_a_search_ending_error_is_logged_without_the_key(search, caplog):
     with caplog.at_level("ERROR", logger="searches.services"):
         services.fail_search(
-            search=search, reason="refused the API key sk-live-0123456789abcdef (401)"
+            search=search, reason="refused the API key sk-live-never-show-me-123456 (401)"
         )
     (record,) = [r for r in caplog.records if r.name == "searches.services"]
     text = record.getMessage()
     assert f"search {search.pk} failed" in text and "(401)" in text
-    assert "0123456789abcdef" not in text and "sk-***" in text
+    assert "never-show-me" not in text and "sk-***" in text
 
 
 def test_pausing_a_finished_search_is_refused(search, engineer):
