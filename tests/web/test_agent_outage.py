@@ -91,6 +91,9 @@ def test_an_outage_is_survived_a_longer_one_fails_the_search_and_resume_carries_
     while server.script.down_hits < 3:
         assert time.monotonic() < deadline, procs.log_tails()
         time.sleep(0.05)
+    # After the one good reply the endpoint errs again, so the next proposal cannot slip in
+    # before step 2 starts its outage (the last scripted step repeats).
+    server.script.add(overloaded, bad_gateway, overloaded)
     server.script.outage(0)
     search = _wait(search, lambda s: s.trials.filter(status=Trial.Status.KEPT).exists(), 300, procs)
     assert search.status == Search.Status.RUNNING
