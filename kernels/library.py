@@ -284,11 +284,10 @@ class _Compiled:
         if self.fn is None:
             self.fn = torch.compile(self.reference, dynamic=False)
         config = torch._dynamo.config
-        raised = {
-            name: max(self.limit, getattr(config, name))
-            for name in ("recompile_limit", "cache_size_limit")  # the name before torch 2.6
-            if hasattr(config, name)
-        }
+        # One name only: since torch 2.6 `cache_size_limit` is an alias of `recompile_limit`,
+        # and patching both leaves dynamo's config without `recompile_limit` afterwards.
+        name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+        raised = {name: max(self.limit, getattr(config, name))}
         try:
             with config.patch(raised):
                 return self.fn(*args)

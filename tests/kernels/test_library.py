@@ -342,9 +342,7 @@ def test_a_shape_served_by_torch_compile_runs_the_compiled_reference(tmp_path, i
     assert kernel._compiled.failed is None, kernel._compiled.failed
 
 
-def test_more_compiled_shapes_than_dynamos_recompile_limit_each_get_a_graph(
-    tmp_path, interpret, monkeypatch
-):
+def test_more_compiled_shapes_than_dynamos_recompile_limit_each_get_a_graph(tmp_path, interpret):
     """Dynamo keeps graphs per function and, past its recompile limit, silently runs eagerly:
     one compiled reference per kernel must still compile every shape its table gives it."""
     import torch._dynamo
@@ -352,28 +350,29 @@ def test_more_compiled_shapes_than_dynamos_recompile_limit_each_get_a_graph(
 
     config = torch._dynamo.config
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-    monkeypatch.setattr(config, name, 1)  # as if the table's shapes were past the default 8
     rows = {(m, 128): "compiled" for m in (2, 3, 4)}
     rel = release(1) | {"shapes": _table(rows)}
     root = write(tmp_path, [rel], {"kernels/r1.py": ONES.format(value=1.0)})
     kernel = library.load("softmax", library_dir=root)
-    for m, n in rows:
-        x = torch.randn(m, n)
-        before = counters["stats"]["unique_graphs"]
-        torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
-        assert counters["stats"]["unique_graphs"] == before + 1, f"M={m} ran without a graph"
-        assert kernel.route_of(x) == "compiled"
-    assert getattr(config, name) == 1, "the limit is raised for the compiling call only"
-    assert kernel._compiled.failed is None, kernel._compiled.failed
-    # Later calls find their graphs: nothing compiles again, and the limit is not met (it would
-    # raise here rather than run eagerly).
-    if hasattr(config, "fail_on_recompile_limit_hit"):
-        monkeypatch.setattr(config, "fail_on_recompile_limit_hit", True)
-    done = counters["stats"]["unique_graphs"]
-    for m, n in rows:
-        x = torch.randn(m, n)
-        torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
-    assert counters["stats"]["unique_graphs"] == done
+    # dynamo's own patch (monkeypatch's undo of a config entry leaves it hidden afterwards)
+    with config.patch({name: 1}):  # as if the table's shapes were past the default 8
+        for m, n in rows:
+            x = torch.randn(m, n)
+            before = counters["stats"]["unique_graphs"]
+            torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+            assert counters["stats"]["unique_graphs"] == before + 1, f"M={m} ran without a graph"
+            assert kernel.route_of(x) == "compiled"
+        assert getattr(config, name) == 1, "the limit is raised for the compiling call only"
+        assert kernel._compiled.failed is None, kernel._compiled.failed
+        # Later calls find their graphs: nothing compiles again, and the limit is not met (it
+        # would raise here rather than run eagerly).
+        strict = {"fail_on_recompile_limit_hit": True}
+        with config.patch(strict if hasattr(config, "fail_on_recompile_limit_hit") else {}):
+            done = counters["stats"]["unique_graphs"]
+            for m, n in rows:
+                x = torch.randn(m, n)
+                torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
+            assert counters["stats"]["unique_graphs"] == done
 
 
 def test_a_failing_compile_serves_every_compiled_shape_with_the_reference(tmp_path, interpret):
