@@ -288,7 +288,10 @@ class Candidate:
 # ---- phases -----------------------------------------------------------------------------
 
 
-def verify_shape(i, shape, spec, problem, cand: Candidate, snap, send) -> bool:
+def verify_shape(i, shape, spec, problem, cand: Candidate, snap) -> tuple[bool, dict]:
+    """Run the candidate on shape i three ways (fresh inputs, new values in the same buffers,
+    a CUDA-graph replay) and write its outputs; returns (whether to go on, the `verified`
+    message for the parent, who judges the outputs)."""
     device, dtype = spec["device"], getattr(torch, spec["dtype"])
     seeds = spec["seeds"][i]
     out_dir = Path(spec["out_dir"]) / f"s{i}"
@@ -305,8 +308,12 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap, send) -> bool:
     _sync(device)
     bad = describe_output(out1, a, device, dtype)
     if bad:
-        send(t="verified", i=i, outputs={}, facts={"problems": bad, "kind": "malformed"})
-        return False
+        return False, {
+            "t": "verified",
+            "i": i,
+            "outputs": {},
+            "facts": {"problems": bad, "kind": "malformed"},
+        }
     if any(_overlaps(out1, x) for x in a):
         probs.append("output aliases an input (shares its storage)")
     if any(not _same_bits(x, y) for x, y in zip(a, saved, strict=True)):
@@ -331,8 +338,8 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap, send) -> bool:
     _sync(device)
     bad = describe_output(out2, a, device, dtype)
     if bad:
-        send(t="verified", i=i, outputs=outputs, facts={"problems": bad, "kind": "malformed"})
-        return False
+        facts = {"problems": bad, "kind": "malformed"}
+        return False, {"t": "verified", "i": i, "outputs": outputs, "facts": facts}
     if out2 is out1 or _overlaps(out2, out1):
         probs.append("second call returned the first call's buffer (results reused across calls)")
     if any(not _same_bits(x, y) for x, y in zip(a, saved, strict=True)):
@@ -356,8 +363,9 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap, send) -> bool:
     changed = snap.changes()
     if changed:
         facts["tamper"] = changed
-    send(t="verified", i=i, outputs=outputs, facts=facts)
-    return True
+    if device == "cuda":
+        torch.cuda.synchronize()  # nothing of this shape still runs when the GPU is let go
+    return True, {"t": "verified", "i": i, "outputs": outputs, "facts": facts}
 
 
 def _timed_functions(i, spec, cands, compiled_cache, notes) -> dict[str, object]:
@@ -467,6 +475,7 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
 
                 prep.samplers[name] = timing._event_sample(sample_call, flush)
                 prep.div[name] = 1
+        torch.cuda.synchronize()  # nothing of this shape still runs when the GPU is let go
     return prep
 
 
@@ -658,11 +667,27 @@ def run(spec: dict, send, recv) -> None:
         send(t="profiled")
         send(t="done", tamper=snap.changes(), ops={})
         return
+
+    def next_shape(report: dict | None = None) -> bool:
+        """Between two shapes' GPU work the shared hold is given up and asked for again, so a
+        timing phase waiting for the GPU runs in between rather than after every shape of every
+        candidate verifying. The report on the shape just done follows the request: the parent
+        checks it while this process goes on with the next shape."""
+        send(t="want_gpu", shared=True)
+        if report is not None:
+            send(**report)
+        return bool(recv().get("go"))
+
     verified = True
     if spec.get("verify", True) and cands:
         for i, shape in enumerate(shapes):
             send(t="progress", phase="verifying", i=i, n=len(shapes))
-            if not verify_shape(i, shape, spec, problem, cands[0], snap, send):
+            ok, report = verify_shape(i, shape, spec, problem, cands[0], snap)
+            if not ok or i + 1 == len(shapes) or device != "cuda":
+                send(**report)
+            elif not next_shape(report):
+                ok = False
+            if not ok:
                 verified = False
                 break
     if spec.get("e2e") and device != "cuda" and verified:
@@ -680,7 +705,13 @@ def run(spec: dict, send, recv) -> None:
         # Screening: inputs, warm-up and graph capture for every shape now, while the GPU is
         # shared, so the exclusive phase below is samples only.
         send(t="progress", phase="preparing")
-        prepared = [prepare_shape(i, s, spec, problem, cands, cache) for i, s in enumerate(shapes)]
+        for i, s in enumerate(shapes):
+            if not next_shape():
+                break
+            prepared.append(prepare_shape(i, s, spec, problem, cands, cache))
+        if len(prepared) < len(shapes):
+            send(t="done", tamper=snap.changes(), ops={})
+            return
     if timed:
         send(t="want_gpu")
         if recv().get("go"):

@@ -495,6 +495,9 @@ class _Pump:
 
     def want_gpu(self, msg: dict) -> bool:
         if msg.get("shared"):
+            # Asked again between two shapes: the hold is given up first, so a timing phase
+            # waiting at the turnstile goes ahead of this process's next shape.
+            self.release_gpu()
             self.take_gpu_shared()
             self.child.send({"go": True})
             return False

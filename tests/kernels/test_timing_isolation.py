@@ -1,5 +1,6 @@
 """While a candidate is being timed, nothing else of ours runs on its GPU: the caller verifies
-the outputs produced inside the timing loop only after the child has finished timing."""
+the outputs produced inside the timing loop only after the child has finished timing, and a
+candidate sharing the GPU lets it go between shapes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels.harness import evaluate
+from kernels.harness import evaluate, sandbox
+from kernels.harness.baselines import BaselineCache
 
 SEED = (Path(__file__).resolve().parents[2] / "kernels" / "seeds" / "softmax.py").read_text()
 
@@ -22,3 +24,31 @@ def test_timed_outputs_are_verified_after_the_exclusive_timing_phase() -> None:
     for shape in report["shapes"]:
         assert shape["errors"]["timed0"]["passed"], shape["label"]
     assert report["checks"]["timed_outputs"]["passed"] is True
+
+
+@pytest.mark.gpu
+def test_a_screened_candidate_shares_the_gpu_one_shape_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each shared hold covers one shape: verifying n shapes and preparing n shapes asks for the
+    # GPU 2n times before the one exclusive hold, so a timing phase waiting at the turnstile
+    # waits for at most one shape of this candidate, never for all of them.
+    holds: list[str] = []
+    acquire = sandbox.GpuLock.acquire
+
+    def counted(self: sandbox.GpuLock) -> sandbox.GpuLock:
+        holds.append("shared" if self.shared else "exclusive")
+        return acquire(self)
+
+    monkeypatch.setattr(sandbox.GpuLock, "acquire", counted)
+    cache = BaselineCache(tmp_path)
+    evaluate("softmax", SEED, device="cuda", tier="smoke", baselines=cache)  # measures them
+    holds.clear()
+
+    report = evaluate("softmax", SEED, device="cuda", tier="smoke", baselines=cache)
+
+    assert report["verdict"] == "accepted", report["reasons"]
+    n = len(report["shapes"])
+    assert n > 1
+    assert holds.count("exclusive") == 1, holds
+    assert holds.index("exclusive") == 2 * n, holds
