@@ -19,6 +19,10 @@ compiling fails, e.g. on a machine without a C compiler). `route_of(*args)` says
 the table does not list run the release's kernel inside its range. Manifests written before
 releases carried a table have no `shapes`: their calls dispatch by range alone.
 
+Inside a model under torch.compile the route is decided while Dynamo traces the call, with no
+graph break: a release's kernel is traced, every other route traces the reference inline (so
+Inductor fuses it with the model's other ops, as it would without the library).
+
 How a call's inputs give its shape is the problem's own declaration (its DIMS and RANKS), which
 the export copies into the manifest's `problems` entry; with no manifest, inside autoweb, it is
 read from the problem registry.
@@ -36,6 +40,7 @@ import os
 import re
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -123,6 +128,9 @@ class Kernel:
         self._compiled: _Compiled | None = None  # torch.compile of the reference, made lazily
         self._kinds: dict[tuple[str, int | None], str | None] = {}
         self._lock = threading.Lock()
+        self._id = id(self)
+        _BY_ID[self._id] = self
+        self._compiling = _compiling_probe()
         self.__name__ = problem
         self.__doc__ = f"autoweb library kernel for {problem}: {len(releases)} release(s)"
 
@@ -130,6 +138,8 @@ class Kernel:
         return f"<autoweb kernel {self.problem}: {len(self.releases)} release(s)>"
 
     def __call__(self, *args: Any) -> Any:
+        if self._compiling():
+            return self._traced(args)
         # The hot path: shape, strides (so layout), dtype and device index of each input,
         # spelled out for one and two inputs because a generator costs a microsecond.
         n = len(args)
@@ -146,13 +156,25 @@ class Kernel:
             key = _key(args)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._resolve(key, args)
+            hit = self._resolve(key)
         return hit[0](*args)
+
+    def _traced(self, args: tuple) -> Any:
+        """A call while torch.compile traces the caller (shapes are constants then). The route
+        is decided by `_route_while_tracing`, which Dynamo runs as plain Python and keeps as a
+        constant, so the dispatcher itself puts no graph break in the caller's graph. A
+        release's kernel is traced as the user Triton kernel it is; every other route traces
+        the reference inline, so Inductor compiles and fuses it with the ops around it, as
+        torch.compile of the caller would without the library."""
+        route, rid = _route_while_tracing(self._id, _key(args))
+        if route == "kernel":
+            return self._modules[rid].kernel(*args)
+        return self.reference(*args)
 
     def choose(self, *args: Any) -> dict[str, Any] | None:
         """The release whose kernel a call with these inputs would run (None: a baseline)."""
         key = _key(args)
-        hit = self._cache.get(key) or self._resolve(key, args)
+        hit = self._cache.get(key) or self._resolve(key)
         return hit[1]
 
     def route_of(self, *args: Any) -> str:
@@ -160,38 +182,42 @@ class Kernel:
         (a release's table says that baseline is faster on this shape), or "reference" (no
         release covers the call)."""
         key = _key(args)
-        hit = self._cache.get(key) or self._resolve(key, args)
+        hit = self._cache.get(key) or self._resolve(key)
         return hit[2]
 
     # -- choosing -------------------------------------------------------------------------------
 
-    def _kind(self, device: Any) -> str | None:
-        ident = (device.type, device.index)
-        if ident not in self._kinds:
+    def _kind(self, device: int) -> str | None:
+        """The GPU kind of a device index (`Tensor.get_device()`: -1 is the CPU)."""
+        if device not in self._kinds:
             kind = None
-            if device.type == "cuda":
+            if device >= 0:
                 import torch
 
                 kind = gpu_kind(torch.cuda.get_device_name(device))
-            elif device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+            elif os.environ.get("TRITON_INTERPRET") == "1":
                 kind = INTERPRET
-            self._kinds[ident] = kind
-        return self._kinds[ident]
+            self._kinds[device] = kind
+        return self._kinds[device]
 
     def shape_of(self, args: tuple) -> dict[str, int] | None:
+        """The problem's named dims of a call's inputs, by its declaration (None: they do not
+        fit it)."""
+        return self._named_dims([a.shape for a in args])
+
+    def _named_dims(self, shapes: list[tuple[int, ...]]) -> dict[str, int] | None:
         shape: dict[str, int] = {}
         for dim, (i, axis) in self.dims.items():
-            if i >= len(args) or axis >= args[i].dim():
+            if i >= len(shapes) or axis >= len(shapes[i]):
                 return None
-            value = int(args[i].shape[axis])
+            value = int(shapes[i][axis])
             if shape.setdefault(dim, value) != value:
                 return None
         return shape
 
-    def _resolve(self, key: tuple, args: tuple) -> tuple[Callable[..., Any], dict | None, str]:
+    def _resolve(self, key: tuple) -> tuple[Callable[..., Any], dict | None, str]:
         with self._lock:
-            choice = self._pick(args)
-            route = "reference" if choice is None else _served_by(choice, self.shape_of(args))
+            choice, route = self._decide(key)
             if route == "kernel":
                 hit = (self._function(choice), choice, route)
             elif route == "compiled":
@@ -203,15 +229,26 @@ class Kernel:
             self._cache[key] = hit
             return hit
 
-    def _pick(self, args: tuple) -> dict[str, Any] | None:
-        if not args or not all(a.is_contiguous() for a in args):
+    def _decide(self, key: tuple) -> tuple[dict[str, Any] | None, str]:
+        """The release (or None) and the route for a call's key: everything is read from the
+        key (shape, strides, dtype and device index of each input), never from the tensors,
+        so that the same decision can be made while torch.compile traces the call."""
+        choice = self._pick(key)
+        if choice is None:
+            return None, "reference"
+        return choice, _served_by(choice, self._named_dims([key[i] for i in range(0, len(key), 4)]))
+
+    def _pick(self, key: tuple) -> dict[str, Any] | None:
+        inputs = [key[i : i + 4] for i in range(0, len(key), 4)]
+        if not inputs or not all(_contiguous(shape, stride) for shape, stride, _, _ in inputs):
             return None  # releases were validated on the harness's contiguous inputs
-        kind = self._kind(args[0].device)
-        shape = self.shape_of(args)
-        if kind is None or shape is None or any(a.device != args[0].device for a in args):
+        devices = {device for _, _, _, device in inputs}
+        kind = self._kind(inputs[0][3]) if len(devices) == 1 else None
+        shape = self._named_dims([shape for shape, _, _, _ in inputs])
+        if kind is None or shape is None:
             return None
-        dtype = str(args[0].dtype).replace("torch.", "")
-        if self.ranks is not None and [int(a.dim()) for a in args] != self.ranks:
+        dtype = str(inputs[0][2]).replace("torch.", "")
+        if self.ranks is not None and [len(s) for s, _, _, _ in inputs] != self.ranks:
             return None
         best = None
         for rel in self.releases:
@@ -316,6 +353,50 @@ class _CompiledCall:
 def _key(args: tuple) -> tuple:
     """The cache key `Kernel.__call__` builds inline (same tuple, any number of inputs)."""
     return tuple(x for a in args for x in (a.shape, a.stride(), a.dtype, a.get_device()))
+
+
+def _contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """`Tensor.is_contiguous()` from a shape and its strides (dims of size 1 have any stride)."""
+    expected = 1
+    for size, st in zip(reversed(shape), reversed(stride), strict=True):
+        if size != 1 and st != expected:
+            return False
+        expected *= size
+    return True
+
+
+# Kernels by id, for `_route_while_tracing`: Dynamo calls a constant-result function with
+# constants only, so the kernel is named by its id.
+_BY_ID: weakref.WeakValueDictionary[int, Kernel] = weakref.WeakValueDictionary()
+
+
+def _route_while_tracing(kernel_id: int, key: tuple) -> tuple[str, str | None]:
+    """The route and release id of a call traced by torch.compile. Dynamo runs this as plain
+    Python while tracing and bakes its result into the graph (`assume_constant_result`, set on
+    first use); the graph's guards on the inputs' shapes, strides and dtypes make it recompile
+    for another key. The release's module is imported here, outside the traced code."""
+    kernel = _BY_ID[kernel_id]
+    with kernel._lock:
+        choice, route = kernel._decide(key)
+        if route == "kernel":
+            kernel._function(choice)
+    return route, (str(choice["id"]) if route == "kernel" else None)
+
+
+def _compiling_probe() -> Callable[[], bool]:
+    """`torch.compiler.is_compiling` (True only while Dynamo traces), with the route function
+    marked as a constant for Dynamo; on a torch without them, never compiling."""
+    global _route_while_tracing
+    try:
+        import torch
+
+        is_compiling = torch.compiler.is_compiling
+        mark = torch.compiler.assume_constant_result
+    except (ImportError, AttributeError):
+        return lambda: False
+    if not getattr(_route_while_tracing, "_dynamo_marked_constant", False):
+        _route_while_tracing = mark(_route_while_tracing)
+    return is_compiling
 
 
 def _rank(release: dict[str, Any]) -> tuple[float, str]:

@@ -182,6 +182,7 @@ def test_the_loader_imports_no_django_nor_the_rest_of_kernels():
         "re",
         "sys",
         "threading",
+        "weakref",
         "collections",
         "pathlib",
         "typing",
@@ -397,3 +398,52 @@ def test_a_failing_compile_serves_every_compiled_shape_with_the_reference(tmp_pa
     torch.testing.assert_close(kernel(y), torch.softmax(y, dim=-1))
     torch.testing.assert_close(kernel(x), torch.softmax(x, dim=-1))
     assert len(calls) == 1, "after one failure the compiler is not asked again"
+
+
+@pytest.mark.parametrize(
+    ("x", "route"),
+    [
+        (torch.randn(5, 1000), "kernel"),
+        (torch.randn(3, 1000), "eager"),
+        (torch.randn(4, 1000), "compiled"),
+        (torch.randn(3, 5000), "reference"),  # outside the range
+    ],
+)
+def test_under_torch_compile_the_dispatcher_puts_no_graph_break_in_the_callers_graph(
+    tmp_path, interpret, x, route
+):
+    """Inside a compiled model the call is decided while Dynamo traces (a constant), on a cold
+    cache too: the release's kernel is traced, and every baseline route traces the reference
+    inline, so Inductor fuses it with the caller's ops as torch.compile without the library
+    would (never the nested torch.compile of the compiled route)."""
+    import torch._dynamo
+
+    rel = release(1) | {"shapes": _table({(3, 1000): "eager", (4, 1000): "compiled"})}
+    root = write(tmp_path, [rel], {"kernels/r1.py": ONES.format(value=1.0)})
+    kernel = library.load("softmax", library_dir=root)
+
+    def block(t):
+        return kernel(t * 2) + 1
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(block)(x)
+
+    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+    assert explained.graph_count == 1
+    assert kernel._compiled is None, "no nested torch.compile inside the caller's graph"
+    want = torch.ones_like(x) if route == "kernel" else torch.softmax(x * 2, dim=-1)
+    torch.testing.assert_close(torch.compile(block, backend="eager")(x), want + 1)
+    assert kernel.route_of(x) == route
+
+
+def test_a_compiled_caller_recompiles_for_a_shape_with_another_route(tmp_path, interpret):
+    rel = release(1) | {"shapes": _table({(3, 1000): "eager"})}
+    root = write(tmp_path, [rel], {"kernels/r1.py": ONES.format(value=1.0)})
+    kernel = library.load("softmax", library_dir=root)
+    block = torch.compile(lambda t: kernel(t) * 3, backend="eager", dynamic=False)
+
+    kept, eager = torch.randn(5, 1000), torch.randn(3, 1000)
+
+    assert block(kept).unique().tolist() == [3.0]  # the release's kernel
+    torch.testing.assert_close(block(eager), torch.softmax(eager, dim=-1) * 3)  # the reference
+    assert block(torch.randn(5, 1000)).unique().tolist() == [3.0]
