@@ -9,7 +9,8 @@
 #   benchmarks/h200_model.sh all OUT       both, in one run
 # Env: PROBLEMS (rmsnorm,swiglu,rope), TRIALS (16), SEARCH_S (300), PHASES (prefill decode),
 # RELEASE_S (560), REVAL_S (150), BLOCK_S (580): time limits of the steps,
-# SKETCHES (a folder of <problem>_tuned.py sketches to start the ideas from; default: the seeds).
+# SKETCHES (a folder of <problem>_tuned.py sketches to start the ideas from; default: the seeds),
+# WORKERS (worker processes on the GPU; default: what `manage.py up` starts).
 set -u
 MODE=${1:?release, block or all}
 OUT=${2:-out}
@@ -20,7 +21,7 @@ python3 -c "import torch,triton;print('torch',torch.__version__,'triton',triton.
 release() {
   rm -rf var/library
   timeout "${RELEASE_S:-560}" python3 benchmarks/stack_proof.py --device cuda --warm-baselines \
-    --problems "${PROBLEMS:-rmsnorm,swiglu,rope}" --trials "${TRIALS:-16}" ${SKETCHES:+--sketches "$SKETCHES"} \
+    --problems "${PROBLEMS:-rmsnorm,swiglu,rope}" --trials "${TRIALS:-16}" ${SKETCHES:+--sketches "$SKETCHES"} ${WORKERS:+--workers "$WORKERS"} \
     --timeout "${SEARCH_S:-300}" --release var/library --release-timeout "${REVAL_S:-150}" \
     --out "$OUT/stack-release.json" --keep-db var/stack.sqlite3 > "$OUT/stack-release.log" 2>&1
   echo "stack_proof exit $?"
