@@ -113,7 +113,14 @@ class Run:
         if key not in self._oracles:
             seed = self.seeds[i][which]
             inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
-            self._oracles = {k: v for k, v in self._oracles.items() if k[0] == i}
+            kept = {k: v for k, v in self._oracles.items() if k[0] == i}
+            evicted = len(kept) < len(self._oracles)
+            self._oracles = kept
+            if evicted and self.pdev == "cuda":
+                # Another shape's references are dropped: their blocks go back to the GPU
+                # (on a shared GPU they would starve the next candidate's process). Once per
+                # shape, not after every comparison: each return synchronises the device.
+                torch.cuda.empty_cache()
             self._oracles[key] = self.problem.oracle(*inputs)
         return self._oracles[key]
 
@@ -142,10 +149,6 @@ class Run:
         if tag == "graph" and res["passed"]:
             self.final_digest[i] = sha
         del out, raw
-        if self.pdev == "cuda":
-            # Freed blocks stay in this process's cache unless returned: on a shared GPU they
-            # would starve the next candidate's process.
-            torch.cuda.empty_cache()
         return res["passed"]
 
 
