@@ -113,14 +113,7 @@ class Run:
         if key not in self._oracles:
             seed = self.seeds[i][which]
             inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
-            kept = {k: v for k, v in self._oracles.items() if k[0] == i}
-            evicted = len(kept) < len(self._oracles)
-            self._oracles = kept
-            if evicted and self.pdev == "cuda":
-                # Another shape's references are dropped: their blocks go back to the GPU
-                # (on a shared GPU they would starve the next candidate's process). Once per
-                # shape, not after every comparison: each return synchronises the device.
-                torch.cuda.empty_cache()
+            self._oracles = {k: v for k, v in self._oracles.items() if k[0] == i}
             self._oracles[key] = self.problem.oracle(*inputs)
         return self._oracles[key]
 
@@ -149,6 +142,11 @@ class Run:
         if tag == "graph" and res["passed"]:
             self.final_digest[i] = sha
         del out, raw
+        if self.pdev == "cuda":
+            # Freed blocks stay in this process's cache unless returned: on a shared GPU they
+            # starve the other candidates' processes (keeping them until the next shape ran
+            # eight workers of an H200 out of memory).
+            torch.cuda.empty_cache()
         return res["passed"]
 
 
