@@ -1,7 +1,7 @@
 """Writes: reviewer decisions, re-validation results, releases and their revocation.
 
 Every function takes keyword arguments, runs in one transaction, and raises
-`searches.errors.DomainError` (field -> messages) for bad input or `PermissionDenied` for a
+`core.errors.DomainError` (field -> messages) for bad input or `PermissionDenied` for a
 missing role. Decisions are idempotent: the same `request_key` returns the review it made, and
 a trial holds at most one review (row lock + OneToOne), so a double submit has one effect.
 """
@@ -22,17 +22,18 @@ from rq.exceptions import NoSuchJobError
 from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 
+from core import roles
+from core.errors import DomainError
+from core.storable import storable_json
 from kernels import problems as registry
 from kernels.engine import compose
 from kernels.protocol import REVALIDATE_JOB, SEARCH_QUEUE, WATCH_REVIEW_JOB, queue_name
 from kernels.queues import fetch_job, rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
-from searches import roles
 from searches.agent.notes import add_note
-from searches.errors import DomainError
 from searches.models import Idea, Trial
-from searches.services import source_sha256, storable_json  # one JSON cleaner for both apps
+from searches.services import source_sha256
 
 log = logging.getLogger(__name__)
 

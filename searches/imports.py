@@ -28,11 +28,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from core.errors import DomainError
 from kernels import problems as registry
 from kernels.engine import judge
 from kernels.harness.static import MAX_SOURCE_BYTES
 from searches import services
-from searches.errors import DomainError
 from searches.models import Idea, ReportImport, Search, Trial
 
 log = logging.getLogger(__name__)

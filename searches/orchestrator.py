@@ -32,6 +32,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
+from core.errors import DomainError, DuplicateCandidate
 from kernels.engine import compose
 from kernels.engine.proposers import KnobProposer
 from kernels.knobs import KnobError
@@ -47,7 +48,6 @@ from kernels.protocol import (
 )
 from kernels.queues import fetch_job, online_workers, rq_queue
 from searches import live, selectors, services
-from searches.errors import DomainError, DuplicateCandidate
 from searches.models import Search, StopReason, Trial
 
 log = logging.getLogger(__name__)

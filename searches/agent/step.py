@@ -19,11 +19,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
+from core.errors import DuplicateCandidate
 from kernels.engine.proposers import KnobProposer, Tried
 from kernels.knobs import KnobError, parse_knobs
 from searches import live, selectors, services
 from searches.agent import context, endpoints, llm, prompt, reply
-from searches.errors import DuplicateCandidate
 from searches.models import LLM_PREFIX, Search, StopReason, Trial
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from core.roles import ENGINEERS, REVIEWERS
 from searches import services
 from searches.models import Search
-from searches.roles import ENGINEERS, REVIEWERS
 from tests.conftest import test_redis_url
 from tests.web.agent_helpers import llm_server  # noqa: F401 (a fixture: the LLM endpoint)
 from tests.web.domain import idea_kwargs

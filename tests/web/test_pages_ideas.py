@@ -151,8 +151,8 @@ def test_a_long_description_or_title_gets_a_clear_error_not_a_silent_cut(enginee
 
 
 def test_the_service_refuses_a_description_over_the_limit_too(engineer):
+    from core.errors import DomainError
     from searches import services
-    from searches.errors import DomainError
     from tests.web.domain import idea_kwargs
 
     with pytest.raises(DomainError) as error:
