@@ -27,13 +27,18 @@ from core.errors import DomainError
 from core.storable import storable_json
 from kernels import problems as registry
 from kernels.engine import compose
-from kernels.protocol import REVALIDATE_JOB, SEARCH_QUEUE, WATCH_REVIEW_JOB, queue_name
+from kernels.protocol import (
+    REVALIDATE_JOB,
+    SEARCH_QUEUE,
+    WATCH_REVIEW_JOB,
+    queue_name,
+    source_sha256,
+)
 from kernels.queues import fetch_job, rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
 from searches.agent.notes import add_note
 from searches.models import Idea, Trial
-from searches.services import source_sha256
 
 log = logging.getLogger(__name__)
 

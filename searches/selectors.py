@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,6 +15,7 @@ from core import roles
 from core.pagination import Page, page_number
 from kernels import problems as registry
 from kernels.engine.proposers import Tried
+from kernels.protocol import source_sha256
 from searches.models import FAILURES, Idea, Search, Trial, Worker
 
 
@@ -283,8 +283,7 @@ def trial_history(search: Search) -> list[dict[str, Any]]:
 
 
 def source_seen(search: Search, source: str) -> bool:
-    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
-    return Trial.objects.filter(search=search, source_sha256=digest).exists()
+    return Trial.objects.filter(search=search, source_sha256=source_sha256(source)).exists()
 
 
 def model_success_rates(search: Search | None = None) -> list[dict[str, Any]]:

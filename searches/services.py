@@ -27,7 +27,6 @@ They return fresh rows: the instance passed in may be stale afterwards.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import random
@@ -49,7 +48,7 @@ from kernels import problems as registry
 from kernels.engine import compose, judge
 from kernels.harness.static import MAX_SOURCE_BYTES, check_source
 from kernels.knobs import KnobError, parse_knobs
-from kernels.protocol import rejected_report
+from kernels.protocol import rejected_report, source_sha256
 from searches import crypto
 from searches.agent import endpoints
 from searches.models import (
@@ -523,10 +522,6 @@ def check_budget(*, search: Search, now: datetime | None = None) -> str | None:
 
 
 # -- trials -----------------------------------------------------------------------------------
-
-
-def source_sha256(source: str) -> str:
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()
 
 
 @transaction.atomic

@@ -22,6 +22,7 @@ from django.db.models import F
 from core.errors import DuplicateCandidate
 from kernels.engine.proposers import KnobProposer, Tried
 from kernels.knobs import KnobError, parse_knobs
+from kernels.protocol import source_sha256
 from searches import live, selectors, services
 from searches.agent import context, endpoints, llm, prompt, reply
 from searches.models import LLM_PREFIX, Search, StopReason, Trial
@@ -292,7 +293,7 @@ def record(
     source, problem = parsed.source, parsed.error
     knob_values: dict = {}
     if source is not None:
-        twin = search.trials.filter(source_sha256=services.source_sha256(source)).first()
+        twin = search.trials.filter(source_sha256=source_sha256(source)).first()
         if twin is not None:
             problem = f"the reply repeats trial {twin.index}'s source exactly"
         else:
