@@ -8,9 +8,9 @@ import re
 import pytest
 from django.urls import reverse
 
+from kernels.protocol import SEARCH_QUEUE
 from kernels.queues import register, rq_queue
 from searches.models import Idea, Search
-from searches.orchestrator import SEARCH_QUEUE
 from tests.web.domain import SOFTMAX_SEED
 from tests.web.pages import HOSTILE, HOSTILE_RAW, ROOT, assert_inert
 

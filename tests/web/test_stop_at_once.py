@@ -19,11 +19,11 @@ S = Search.Status
 def _pass(search: Search) -> None:
     """One orchestrator pass over the search, as `run_search` makes it."""
     loop = orchestrator.Loop(search.pk)
-    assert loop.acquire(wait_s=0)
+    assert loop.lease.acquire()
     try:
         loop.step()
     finally:
-        loop.release()
+        loop.lease.release()
 
 
 def _gpu_queue(redis_url) -> list[str]:
