@@ -8,8 +8,8 @@ the reverse. What `searches` needs from an app built on it, the app hands over i
   (GPU kind, problem): ``{"kind", "problem", "speedup_eager", "speedup_compiled", "label",
   "url"}`` (the library app: the best active release of each).
 
-What an app resumes when an orchestrator starts it registers with `core.control` instead, as
-`searches` itself does.
+What an app resumes when an orchestrator starts, it registers with `core.control` (as
+`searches` itself does), not here.
 """
 
 from __future__ import annotations

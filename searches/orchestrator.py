@@ -314,7 +314,7 @@ class Loop:
             seconds = float(seconds) if isinstance(seconds, int | float) and seconds >= 0 else 0.0
             try:
                 trial = services.record_result(trial=trial, report=report, gpu_seconds=seconds)
-            except services.DomainError as e:
+            except DomainError as e:
                 trial = services.reject_trial(
                     trial=trial,
                     failure="malformed",
@@ -521,7 +521,7 @@ class Loop:
                     )
                     live.search_changed(search)
                     continue
-                except services.DomainError as e:
+                except DomainError as e:
                     log.info("search %s: no proposal recorded: %s", search.pk, e)
                     return
                 trial = services.screen_trial(trial=trial)
