@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "core",  # helpers both apps use; before them, so its templatetags load first
     "searches",
     "library",
 ]

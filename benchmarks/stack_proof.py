@@ -348,13 +348,14 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import transaction
 
         settings.REDIS_URL = app.redis_url
+        from core import control
         from searches import orchestrator, services
         from searches.models import Search, Trial
 
         user = get_user_model().objects.get(username="demo")
         kind = app.kind
         # Let every worker register (heartbeat) so the orchestrator sees its capacity.
-        conn = orchestrator.redis_conn()
+        conn = control.redis_conn()
         deadline = time.monotonic() + 120
         while len(conn.smembers("autoweb:workers")) < len(app.worker_names):
             if time.monotonic() > deadline:

@@ -6,13 +6,13 @@ Exit codes: 0 accepted (or success), 1 rejected, 2 usage error.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 
 from kernels import problems
 from kernels.harness.static import MAX_SOURCE_BYTES
+from kernels.protocol import source_sha256
 
 
 class UsageError(Exception):
@@ -31,7 +31,7 @@ def _write_json(path: str | None, obj) -> None:
 def _with_source(rep: dict, source: str) -> dict:
     """The report as `--json` writes it: with the source it judged and that source's sha256,
     so that another host can import it (`manage.py import_reports`) and check what it holds."""
-    return {**rep, "source": source, "source_sha256": hashlib.sha256(source.encode()).hexdigest()}
+    return {**rep, "source": source, "source_sha256": source_sha256(source)}
 
 
 def _load_problem(args) -> problems.Problem:

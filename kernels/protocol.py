@@ -9,13 +9,16 @@ rq, so importing it costs nothing on either side. It holds
   report checks all use;
 - the shapes of what crosses: the evaluation request (`EvaluationRequest`), a progress event
   (`ProgressEvent`) and the report (`Report`), as docs/harness.md describes them;
-- `rejected_report()`, the one way to write a report for a candidate no harness judged.
+- `rejected_report()`, the one way to write a report for a candidate no harness judged;
+- `source_sha256()`, how a candidate's source is named wherever it is stored or carried (a
+  trial, a release, a report written for another host to import).
 
 How the processes and queues fit together: docs/architecture.md.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -169,3 +172,8 @@ def rejected_report(
         report["problem"] = problem
     report.update(extra)
     return report  # type: ignore[return-value]
+
+
+def source_sha256(source: str) -> str:
+    """The hex sha256 of a candidate's source (UTF-8)."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()

@@ -9,9 +9,10 @@ class LibraryConfig(AppConfig):
     verbose_name = "Review and kernel library"
 
     def ready(self) -> None:
-        # `searches` imports no app built on it: the library hands it what it needs here.
+        from core import control
         from library import selectors, watch
         from searches import hooks
 
+        # `searches` imports no app built on it: the library hands it its releases here.
         hooks.provide_releases(selectors.released_speedups)
-        hooks.on_orchestrator_start(watch.recover)  # approvals still re-validating
+        control.on_orchestrator_start("re-validating approval(s)", watch.recover)

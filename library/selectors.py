@@ -19,9 +19,9 @@ from django.db.models import Count, F, Max, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from core.pagination import Page, page_number
 from library.models import Release, Revalidation, Review
 from searches.models import Search, Trial
-from searches.selectors import Page, page_number
 
 SORTS = {
     "speedup": lambda t: -(t.speedup_eager or 0.0),

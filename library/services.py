@@ -1,7 +1,7 @@
 """Writes: reviewer decisions, re-validation results, releases and their revocation.
 
 Every function takes keyword arguments, runs in one transaction, and raises
-`searches.errors.DomainError` (field -> messages) for bad input or `PermissionDenied` for a
+`core.errors.DomainError` (field -> messages) for bad input or `PermissionDenied` for a
 missing role. Decisions are idempotent: the same `request_key` returns the review it made, and
 a trial holds at most one review (row lock + OneToOne), so a double submit has one effect.
 """
@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import redis
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -22,17 +21,22 @@ from rq.exceptions import NoSuchJobError
 from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 
+from core import control, roles
+from core.errors import DomainError
+from core.storable import storable_json
 from kernels import problems as registry
 from kernels.engine import compose
-from kernels.protocol import REVALIDATE_JOB, SEARCH_QUEUE, WATCH_REVIEW_JOB, queue_name
+from kernels.protocol import (
+    REVALIDATE_JOB,
+    WATCH_REVIEW_JOB,
+    queue_name,
+    source_sha256,
+)
 from kernels.queues import fetch_job, rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
-from searches import roles
 from searches.agent.notes import add_note
-from searches.errors import DomainError
 from searches.models import Idea, Trial
-from searches.services import source_sha256, storable_json  # one JSON cleaner for both apps
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +44,16 @@ MAX_TEXT = 10_000
 MAX_REQUEST_KEY = 100
 MAX_ATTEMPTS = 3
 JOB_TIMEOUT_S = 3600
-WATCH_QUEUE = SEARCH_QUEUE  # watchers run on the orchestrators
 PAST = {
     "approve": "approved",
     "veto": "vetoed",
     "send_back": "sent back",
-}  # the Django-aware queue the orchestrator already serves
+}
 
 
 def _require_reviewer(user: Any, action: str) -> None:
     if not roles.is_reviewer(user):
         raise PermissionDenied(f"Only reviewers may {action}.")
-
-
-def redis_conn() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
 
 
 # -- decisions --------------------------------------------------------------------------------
@@ -225,7 +224,7 @@ def _start_revalidation(review: Review, trial: Trial) -> None:
         reval = Revalidation.objects.create(review=review, kind=kind)
         _enqueue(reval, trial, attempt=1)
     rid = review.pk
-    transaction.on_commit(lambda: _enqueue_watch(rid))
+    transaction.on_commit(lambda: enqueue_watch(rid))
 
 
 def _enqueue(reval: Revalidation, trial: Trial, attempt: int) -> None:
@@ -241,7 +240,7 @@ def _enqueue(reval: Revalidation, trial: Trial, attempt: int) -> None:
     kind, job_id = reval.kind, reval.job_id
 
     def go() -> None:
-        rq_queue(queue_name(kind), redis_conn()).enqueue(
+        rq_queue(queue_name(kind), control.redis_conn()).enqueue(
             REVALIDATE_JOB,
             kwargs=kwargs,
             job_id=job_id,
@@ -253,15 +252,10 @@ def _enqueue(reval: Revalidation, trial: Trial, attempt: int) -> None:
     transaction.on_commit(go)
 
 
-def _enqueue_watch(review_id: int) -> None:
+def enqueue_watch(review_id: int) -> None:
+    """Start the approval's re-validation watcher (`library.watch`) on an orchestrator."""
     try:
-        rq_queue(WATCH_QUEUE, redis_conn()).enqueue(
-            WATCH_REVIEW_JOB,
-            review_id,
-            job_timeout=-1,
-            result_ttl=3600,
-            failure_ttl=86400,
-        )
+        control.enqueue(control.redis_conn(), WATCH_REVIEW_JOB, review_id)
     except redis.RedisError as e:  # the review is saved; `poll` picks it up later
         log.warning("review %s: could not enqueue the re-validation watcher: %s", review_id, e)
 
@@ -357,7 +351,7 @@ def _release(reval: Revalidation, report: dict[str, Any]) -> Release:
 def poll(*, review: Review, conn: redis.Redis | None = None) -> bool:
     """Record every finished re-validation job of `review`; re-run lost ones. True when none
     is left queued."""
-    conn = conn or redis_conn()
+    conn = conn or control.redis_conn()
     pending = list(review.revalidations.filter(status=Revalidation.Status.QUEUED))
     for reval in pending:
         queue = rq_queue(queue_name(reval.kind), conn)

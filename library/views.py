@@ -17,11 +17,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from core import rendering, roles
+from core.errors import DomainError
 from kernels import problems as registry
-from library import diffs, export, selectors, services
+from library import export, selectors, services
 from library.models import Release, Review
-from searches import rendering, roles
-from searches.errors import DomainError
 from searches.models import Trial
 from searches.reports import report_view
 
@@ -107,12 +107,12 @@ def review(request: HttpRequest, pk: int) -> HttpResponse:
         "existing": existing,
         "why_not": selectors.why_not_candidate(trial),
         "reviewer": roles.is_reviewer(request.user),
-        "diff_parent": diffs.diff(
+        "diff_parent": rendering.source_diff(
             parent.source, trial.source, f"trial {parent.index}", f"trial {trial.index}"
         )
         if parent
         else None,
-        "diff_seed": diffs.diff(seed, trial.source, "seed", f"trial {trial.index}"),
+        "diff_seed": rendering.source_diff(seed, trial.source, "seed", f"trial {trial.index}"),
         "source_html": rendering.python(trial.source),
         "report": report_view(trial.report),
         "lineage": selectors.lineage(trial),

@@ -6,9 +6,10 @@ the reverse. What `searches` needs from an app built on it, the app hands over i
 
 - `provide_releases(fn)`: `fn()` returns the released kernels the charts draw, one row per
   (GPU kind, problem): ``{"kind", "problem", "speedup_eager", "speedup_compiled", "label",
-  "url"}`` (the library app: the best active release of each);
-- `on_orchestrator_start(fn)`: `fn()` runs when `manage.py orchestrator` starts, next to the
-  searches' own recovery (the library app: re-watch approvals still re-validating).
+  "url"}`` (the library app: the best active release of each).
+
+What an app resumes when an orchestrator starts, it registers with `core.control` (as
+`searches` itself does), not here.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 _release_providers: list[Callable[[], Iterable[dict[str, Any]]]] = []
-_start_hooks: list[Callable[[], Any]] = []
 
 
 def provide_releases(fn: Callable[[], Iterable[dict[str, Any]]]) -> None:
@@ -25,16 +25,6 @@ def provide_releases(fn: Callable[[], Iterable[dict[str, Any]]]) -> None:
         _release_providers.append(fn)
 
 
-def on_orchestrator_start(fn: Callable[[], Any]) -> None:
-    if fn not in _start_hooks:
-        _start_hooks.append(fn)
-
-
 def released_speedups() -> list[dict[str, Any]]:
     """Every provider's rows; none (and the charts say "No releases") without a provider."""
     return [dict(row) for provider in _release_providers for row in provider()]
-
-
-def orchestrator_started() -> None:
-    for fn in _start_hooks:
-        fn()

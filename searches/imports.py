@@ -28,11 +28,12 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from core.errors import DomainError
 from kernels import problems as registry
 from kernels.engine import judge
 from kernels.harness.static import MAX_SOURCE_BYTES
+from kernels.protocol import source_sha256
 from searches import services
-from searches.errors import DomainError
 from searches.models import Idea, ReportImport, Search, Trial
 
 log = logging.getLogger(__name__)
@@ -78,10 +79,6 @@ class Outcome:
 
 def idea_title(problem: str, kind: str) -> str:
     return f"Imported reports: {problem} on {kind}"
-
-
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def read_entries(path: Path) -> list[Entry]:
@@ -164,7 +161,7 @@ def _prepare(entry: Entry, where: str, candidate: str | None) -> Prepared:
         raise ReportImportError(f"{where}: the source is empty or holds a NUL byte")
     if len(source.encode("utf-8", "replace")) > MAX_SOURCE_BYTES:
         raise ReportImportError(f"{where}: the source is over {MAX_SOURCE_BYTES // 1024} KiB")
-    digest = sha256(source)
+    digest = source_sha256(source)
     claimed = report.get("source_sha256")
     if claimed is not None and claimed != digest:
         raise ReportImportError(
@@ -181,7 +178,7 @@ def _prepare(entry: Entry, where: str, candidate: str | None) -> Prepared:
         report=report,
         source=source,
         source_sha256=digest,
-        report_sha256=sha256(canonical),
+        report_sha256=hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
     )
 
 

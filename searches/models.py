@@ -15,8 +15,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from core.errors import IllegalTransition
 from kernels.protocol import FAILURES
-from searches.errors import IllegalTransition
 
 # Sane caps on an idea's budget: a typo (an extra zero or three) is an error, not a month of GPU.
 MAX_TRIALS_CAP = 100_000

@@ -6,7 +6,8 @@ proposer, verdicts from its judge (through `searches.services`). A screening win
 kind, one at a time per search) before it is kept; a stopping search has its best trials and
 the baselines timed together (a `table_job`) for its per-shape dispatch table.
 
-Runs on the `search` RQ queue (a Django-aware worker). Everything it needs is derived from the
+Runs on the `search` RQ queue (a Django-aware worker; its lease, slices and queue come from
+`core.control`). Everything it needs is derived from the
 database and the RQ jobs, so it is resumable: kill it mid-search, restart it (`recover()` runs
 at start-up), and the search continues; a trial is recorded before its job is enqueued (after
 the transaction commits), its job id is derived from the trial, and results are recorded
@@ -25,13 +26,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
-from django.conf import settings
 from django.db import transaction
-from rq import Queue, get_current_job
+from rq import get_current_job
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
+from core import control
+from core.errors import DomainError, DuplicateCandidate
 from kernels.engine import compose
 from kernels.engine.proposers import KnobProposer
 from kernels.knobs import KnobError
@@ -39,7 +41,6 @@ from kernels.protocol import (
     CONFIRM_JOB,
     EVALUATE_JOB,
     RUN_SEARCH_JOB,
-    SEARCH_QUEUE,
     TABLE_JOB,
     WORKER_TTL_S,
     events_key,
@@ -47,7 +48,6 @@ from kernels.protocol import (
 )
 from kernels.queues import fetch_job, online_workers, rq_queue
 from searches import live, selectors, services
-from searches.errors import DomainError, DuplicateCandidate
 from searches.models import Search, StopReason, Trial
 
 log = logging.getLogger(__name__)
@@ -56,14 +56,6 @@ POLL_S = 0.5
 MAX_ATTEMPTS = 3
 JOB_TIMEOUT_S = 1800
 IN_FLIGHT = Trial.IN_FLIGHT
-
-
-def redis_conn() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
-
-
-def search_queue(conn: redis.Redis | None = None) -> Queue:
-    return rq_queue(SEARCH_QUEUE, conn or redis_conn())
 
 
 def job_id_for(trial: Trial, attempt: int) -> str:
@@ -113,20 +105,13 @@ def enqueue_loop(conn: redis.Redis, search_id: int) -> bool:
         if held is not None and _waiting(conn, held.decode()):
             return False
         conn.set(key, job_id, ex=PENDING_S)  # the job it named is gone (lost, or ran)
-    search_queue(conn).enqueue(
-        RUN_SEARCH_JOB,
-        search_id,
-        job_id=job_id,
-        job_timeout=-1,
-        result_ttl=600,
-        failure_ttl=86400,
-    )
+    control.enqueue(conn, RUN_SEARCH_JOB, search_id, job_id=job_id)
     return True
 
 
 def _waiting(conn: redis.Redis, job_id: str) -> bool:
     """The job is in the `search` queue's list, waiting for an orchestrator."""
-    return conn.lpos(search_queue(conn).key, job_id) is not None
+    return conn.lpos(control.search_queue(conn).key, job_id) is not None
 
 
 def _started(conn: redis.Redis, search_id: int, job_id: str | None) -> None:
@@ -144,7 +129,7 @@ def enqueue_search(search: Search) -> None:
     not enqueued again (`enqueue_loop`).
     """
     sid = search.pk
-    transaction.on_commit(lambda: enqueue_loop(redis_conn(), sid))
+    transaction.on_commit(lambda: enqueue_loop(control.redis_conn(), sid))
 
 
 def settle_stop(search_id: int) -> None:
@@ -152,13 +137,13 @@ def settle_stop(search_id: int) -> None:
     web calls it after Stop; a loop holding the lease does the same on its next pass): jobs no
     worker has taken leave their queue and, with nothing of it running, the search finishes."""
     loop = Loop(search_id)
-    if not loop.acquire(wait_s=0):
+    if not loop.lease.acquire():
         return
     try:
         if Search.objects.filter(pk=search_id, status=Search.Status.STOPPING).exists():
             loop.step()
     finally:
-        loop.release()
+        loop.lease.release()
 
 
 def recover() -> int:
@@ -176,31 +161,10 @@ class Loop:
 
     def __init__(self, search_id: int, conn: redis.Redis | None = None) -> None:
         self.search_id = search_id
-        self.conn = conn or redis_conn()
+        self.conn = conn or control.redis_conn()
         self.cursor_key = f"autoweb:events-cursor:{search_id}"
-        self.token = uuid.uuid4().hex
-
-    def acquire(self, wait_s: float = LEASE_S + 2) -> bool:
-        """Take the search's lease, waiting out a dead holder's; False if a live loop has it."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            if self.conn.set(lease_key(self.search_id), self.token, nx=True, ex=LEASE_S):
-                return True
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.5)
-
-    def renew(self) -> bool:
-        key = lease_key(self.search_id)
-        if self.conn.get(key) != self.token.encode():
-            return False
-        self.conn.expire(key, LEASE_S)
-        return True
-
-    def release(self) -> None:
-        key = lease_key(self.search_id)
-        if self.conn.get(key) == self.token.encode():
-            self.conn.delete(key)
+        # Only its holder drives the search; it expires LEASE_S after a killed holder's last pass.
+        self.lease = control.Lease(self.conn, lease_key(search_id), LEASE_S)
 
     # -- the pass -----------------------------------------------------------------------------
 
@@ -350,7 +314,7 @@ class Loop:
             seconds = float(seconds) if isinstance(seconds, int | float) and seconds >= 0 else 0.0
             try:
                 trial = services.record_result(trial=trial, report=report, gpu_seconds=seconds)
-            except services.DomainError as e:
+            except DomainError as e:
                 trial = services.reject_trial(
                     trial=trial,
                     failure="malformed",
@@ -513,7 +477,7 @@ class Loop:
                 kind,
                 capacity=self.capacity(kind),
                 enqueue=lambda trial: self.enqueue(trial, kind, attempt=1),
-                renew=self.renew,
+                renew=self.lease.renew,
             )
             return
         room = self.capacity(kind) - in_flight
@@ -557,7 +521,7 @@ class Loop:
                     )
                     live.search_changed(search)
                     continue
-                except services.DomainError as e:
+                except DomainError as e:
                     log.info("search %s: no proposal recorded: %s", search.pk, e)
                     return
                 trial = services.screen_trial(trial=trial)
@@ -714,16 +678,6 @@ def mirror_workers(conn: redis.Redis) -> int:
     return n
 
 
-def _turn_over(conn: redis.Redis, elapsed: float, slice_s: float) -> bool:
-    """The slice is over: its time is up, or another job waits for an orchestrator."""
-    if elapsed > slice_s:
-        return True
-    try:
-        return search_queue(conn).count > 0
-    except redis.RedisError:
-        return False
-
-
 def run_search(search_id: int, *, poll_s: float = POLL_S, slice_s: float | None = SLICE_S) -> str:
     """Drive one search for a time slice, then hand it back to the queue.
 
@@ -734,7 +688,7 @@ def run_search(search_id: int, *, poll_s: float = POLL_S, slice_s: float | None 
     """
     loop = Loop(search_id)
     job = get_current_job()
-    held = loop.acquire(wait_s=0)
+    held = loop.lease.acquire()
     with contextlib.suppress(redis.RedisError):
         _started(loop.conn, search_id, job.id if job is not None else None)
     if not held:
@@ -745,7 +699,7 @@ def run_search(search_id: int, *, poll_s: float = POLL_S, slice_s: float | None 
     try:
         while True:
             try:
-                if not loop.renew():
+                if not loop.lease.renew():
                     return "lost the lease to another loop"
                 active = loop.step()
                 errors = 0
@@ -768,12 +722,13 @@ def run_search(search_id: int, *, poll_s: float = POLL_S, slice_s: float | None 
                 continue
             if not active:
                 break
-            if slice_s is not None and _turn_over(loop.conn, time.monotonic() - started, slice_s):
+            elapsed = time.monotonic() - started
+            if slice_s is not None and control.slice_over(loop.conn, elapsed, slice_s):
                 break
             time.sleep(poll_s)
     finally:
         with contextlib.suppress(redis.RedisError):
-            loop.release()
+            loop.lease.release()
     if active:
         with contextlib.suppress(redis.RedisError):
             enqueue_loop(loop.conn, search_id)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -13,9 +11,11 @@ from django.db.models import Count, Max, Q
 from django.http import Http404
 from django.utils import timezone
 
+from core import roles
+from core.pagination import Page, page_number
 from kernels import problems as registry
 from kernels.engine.proposers import Tried
-from searches import roles
+from kernels.protocol import source_sha256
 from searches.models import FAILURES, Idea, Search, Trial, Worker
 
 
@@ -129,36 +129,6 @@ def recent_wins(limit: int = 10) -> list[Trial]:
         .defer(*_HEAVY_TRIAL_FIELDS)
         .order_by("-finished_at", "-id")[:limit]
     )
-
-
-def page_number(page: Any, total: int, per_page: int) -> int:
-    """The page to show for a requested `page`: garbage or below 1 gives the first page, past
-    the end the last one (as Django's `Paginator.get_page`), so a stale or hand-edited link still
-    lands on a real page instead of an error."""
-    try:
-        number = max(int(page), 1)
-    except (TypeError, ValueError, OverflowError):
-        number = 1
-    return min(number, max(1, math.ceil(total / per_page)))
-
-
-@dataclass(kw_only=True)
-class Page:
-    page: int
-    per_page: int
-    total: int
-
-    @property
-    def num_pages(self) -> int:
-        return max(1, math.ceil(self.total / self.per_page))
-
-    @property
-    def has_next(self) -> bool:
-        return self.page < self.num_pages
-
-    @property
-    def has_previous(self) -> bool:
-        return self.page > 1
 
 
 @dataclass(kw_only=True)
@@ -313,8 +283,7 @@ def trial_history(search: Search) -> list[dict[str, Any]]:
 
 
 def source_seen(search: Search, source: str) -> bool:
-    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
-    return Trial.objects.filter(search=search, source_sha256=digest).exists()
+    return Trial.objects.filter(search=search, source_sha256=source_sha256(source)).exists()
 
 
 def model_success_rates(search: Search | None = None) -> list[dict[str, Any]]:

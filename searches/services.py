@@ -1,7 +1,7 @@
 """Writes: every change to ideas, searches, trials and workers goes through these functions.
 
 Each takes keyword arguments only, runs in one transaction and saves nothing when it raises.
-Bad input raises a `searches.errors.DomainError` (a ValidationError) whose message says what
+Bad input raises a `core.errors.DomainError` (a ValidationError) whose message says what
 to fix; a missing role raises `PermissionDenied`.
 
 The orchestrator (an RQ job on the `search` queue) and the GPU workers drive a search only
@@ -27,7 +27,6 @@ They return fresh rows: the instance passed in may be stale afterwards.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import random
@@ -42,14 +41,16 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from core import roles
+from core.errors import DomainError, DuplicateCandidate, InvalidReport, UnknownWorker, redact
+from core.storable import storable_json
 from kernels import problems as registry
 from kernels.engine import compose, judge
 from kernels.harness.static import MAX_SOURCE_BYTES, check_source
 from kernels.knobs import KnobError, parse_knobs
-from kernels.protocol import rejected_report
-from searches import crypto, roles
+from kernels.protocol import rejected_report, source_sha256
+from searches import crypto
 from searches.agent import endpoints
-from searches.errors import DomainError, DuplicateCandidate, InvalidReport, UnknownWorker, redact
 from searches.models import (
     DEFAULT_PLATEAU_PATIENCE,
     FAILURES,
@@ -523,10 +524,6 @@ def check_budget(*, search: Search, now: datetime | None = None) -> str | None:
 # -- trials -----------------------------------------------------------------------------------
 
 
-def source_sha256(source: str) -> str:
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()
-
-
 @transaction.atomic
 def record_proposal(
     *,
@@ -913,29 +910,6 @@ def clean_report(report: Any) -> dict[str, Any]:
     cleaned = storable_json(dict(report), error=InvalidReport)
     cleaned["reasons"] = [str(r) for r in cleaned.get("reasons") or []]
     return cleaned
-
-
-def storable_json(value: Any, *, error: type[DomainError], depth: int = 0) -> Any:
-    """`value` as JSON that both SQLite and PostgreSQL store: NaN and infinities become strings
-    (jsonb rejects them; a report's error of "nan" is worth keeping), NUL bytes are escaped."""
-    if depth > 32:
-        raise error("The JSON nests too deeply.")
-    if value is None or isinstance(value, bool | int):
-        return value
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, str):
-        return value.replace("\x00", "\\x00")
-    if isinstance(value, Mapping):
-        return {
-            str(k).replace("\x00", "\\x00"): storable_json(v, error=error, depth=depth + 1)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [storable_json(v, error=error, depth=depth + 1) for v in value]
-    raise error(f"{type(value).__name__} is not JSON.")
 
 
 def _number(value: Any) -> float | None:

@@ -22,9 +22,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from core import rendering, roles
+from core.errors import DomainError
 from searches import fleet as fleet_module
-from searches import live, rendering, roles, selectors, services
-from searches.errors import DomainError
+from searches import live, selectors, services
 from searches.fleet import fleet, measured_ceilings
 from searches.forms import IdeaForm, TrialFilterForm
 from searches.orchestrator import enqueue_search, settle_stop

@@ -15,7 +15,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from searches import chart_data, charts, charts_knobs, roles, selectors
+from core import roles
+from searches import chart_data, charts, charts_knobs, selectors
 from searches.fleet import fleet
 from searches.models import Search
 

@@ -14,14 +14,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-WEB = ("autoweb", "searches", "library")
+WEB = ("autoweb", "core", "searches", "library")
 # package -> the first-party packages it must never import (docs/architecture.md).
 FORBIDDEN = {
-    "kernels": {"autoweb", "searches", "library", "django", "channels", "django_htmx"},
+    "kernels": {"autoweb", "core", "searches", "library", "django", "channels", "django_htmx"},
+    "core": {"autoweb", "searches", "library"},
     "searches": {"library"},
     "library": set(),
     "autoweb": set(),
 }
+# The only modules of `searches` that `library` may import: what both apps need lives in `core`.
+LIBRARY_USES_OF_SEARCHES = (
+    "searches.models",
+    "searches.hooks",
+    "searches.reports",
+    "searches.fleet",
+    "searches.agent.notes",
+)
 # The GPU worker's entry point and what only it runs: a web module imports kernels.protocol and
 # kernels.queues for the queues, never these.
 WORKER_ONLY = ("kernels.worker", "kernels.harness.evaluation", "kernels.harness.verdict")
@@ -53,6 +62,17 @@ def test_no_package_imports_what_the_table_forbids(package):
         (where, name) for where, name in arrows(package) if name.split(".")[0] in FORBIDDEN[package]
     ]
     assert not bad, f"{package} must not import {sorted(FORBIDDEN[package])}: {bad}"
+
+
+def test_the_library_imports_only_the_parts_of_searches_it_builds_on():
+    bad = [
+        (where, name)
+        for where, name in arrows("library")
+        if name.split(".")[0] == "searches"
+        and name != "searches"  # `from searches import x` is checked as searches.x
+        and not any(name == m or name.startswith(m + ".") for m in LIBRARY_USES_OF_SEARCHES)
+    ]
+    assert not bad, f"library may import only {LIBRARY_USES_OF_SEARCHES} of searches: {bad}"
 
 
 @pytest.mark.parametrize("package", WEB)
@@ -105,6 +125,7 @@ def test_importing_every_web_module_loads_no_torch():
     # Every app's modules were imported, views and management commands included.
     for module in (
         "autoweb.asgi",
+        "core.control",
         "searches.views",
         "searches.orchestrator",
         "searches.management.commands.orchestrator",

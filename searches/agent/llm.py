@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import openai
 
+from core.errors import redact
 from searches.agent import netguard
-from searches.errors import redact
 
 log = logging.getLogger(__name__)
 

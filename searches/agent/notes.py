@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import transaction
 
-from searches.errors import DomainError
+from core.errors import DomainError
 from searches.models import Search, SearchNote, Trial
 
 MAX_NOTE = 4000

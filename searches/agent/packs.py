@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
-from searches.errors import DomainError
+from core.errors import DomainError
 from searches.models import ContextPack
 
 CONTEXT_DIR = Path(__file__).resolve().parent / "context"

@@ -19,11 +19,12 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
+from core.errors import DomainError, DuplicateCandidate
 from kernels.engine.proposers import KnobProposer, Tried
 from kernels.knobs import KnobError, parse_knobs
+from kernels.protocol import source_sha256
 from searches import live, selectors, services
 from searches.agent import context, endpoints, llm, prompt, reply
-from searches.errors import DuplicateCandidate
 from searches.models import LLM_PREFIX, Search, StopReason, Trial
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,7 @@ def tune(search: Search, *, capacity: int, enqueue: Callable[[Trial], None]) -> 
                 )
                 live.search_changed(search)
                 continue
-            except services.DomainError as e:
+            except DomainError as e:
                 # e.g. out of trials: hand over to the model
                 log.info("search %s: no tuner proposal recorded: %s", search.pk, e)
                 break
@@ -292,7 +293,7 @@ def record(
     source, problem = parsed.source, parsed.error
     knob_values: dict = {}
     if source is not None:
-        twin = search.trials.filter(source_sha256=services.source_sha256(source)).first()
+        twin = search.trials.filter(source_sha256=source_sha256(source)).first()
         if twin is not None:
             problem = f"the reply repeats trial {twin.index}'s source exactly"
         else:
@@ -324,7 +325,7 @@ def record(
                 tokens_in=done.tokens_in,
                 tokens_out=done.tokens_out,
             )
-        except services.DomainError as e:
+        except DomainError as e:
             # Stopped (or out of trials) while the model wrote: the tokens still count.
             log.info("search %s: LLM proposal not recorded: %s", search.pk, e)
             Search.objects.filter(pk=search.pk).update(

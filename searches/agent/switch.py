@@ -13,10 +13,11 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
-from searches import crypto, roles
+from core import roles
+from core.errors import DomainError
+from searches import crypto
 from searches.agent import endpoints
 from searches.agent.step import current_model
-from searches.errors import DomainError
 from searches.models import LLMChange, Search
 from searches.services import MODEL_RE
 

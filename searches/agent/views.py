@@ -12,11 +12,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from searches import roles, selectors
+from core import roles
+from core.errors import DomainError
+from searches import selectors
 from searches.agent import endpoints, notes, packs, stats
 from searches.agent.step import current_model
 from searches.agent.switch import set_llm
-from searches.errors import DomainError
 from searches.models import LLMChange, Search, SearchNote
 
 PANEL = "searches/partials/llm_panel.html"

@@ -1,4 +1,4 @@
-"""The two role groups (see searches/roles.py)."""
+"""The two role groups (see core/roles.py)."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ def test_the_queue_sorts_by_speedup_and_age(mixed):
 
 
 def test_counts_per_reviewer(mixed, reviewer, django_user_model):
-    from searches.roles import REVIEWERS
+    from core.roles import REVIEWERS
     from tests.web.conftest import _user
 
     other = _user(django_user_model, "linus", REVIEWERS)

@@ -15,7 +15,6 @@ from library.models import Release, Revalidation, Review
 from searches import services as search_services
 from tests.library.helpers import HONEST_SOFTMAX, WRONG_OUTSIDE_SMOKE, candidate
 from tests.web.domain import idea_kwargs
-from tests.web.test_search_e2e import env  # noqa: F401 - the processes fixture
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -37,7 +36,7 @@ def _approve(source: str, engineer, reviewer):
 
 
 def test_approval_revalidates_on_the_worker_and_only_the_passing_kernel_is_released(
-    env,  # noqa: F811
+    env,
     settings,
 ):
     settings.REDIS_URL = env["url"]

@@ -32,7 +32,7 @@ from searches import orchestrator, services
 from searches.models import Search
 from tests.kernels.test_problems_guide import write_example
 from tests.library.helpers import candidate, fresh_venv
-from tests.web.test_search_e2e import _wait, env  # noqa: F401 - the processes fixture
+from tests.web.test_search_e2e import _wait
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -60,7 +60,7 @@ print(json.dumps(out))
 
 
 def test_a_users_problem_goes_from_idea_to_a_dispatched_release(
-    env,  # noqa: F811
+    env,
     settings,
     tmp_path,
     monkeypatch,

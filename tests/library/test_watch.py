@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from rq.results import Result
 
@@ -82,3 +84,22 @@ def test_recover_starts_a_watcher_per_approval_still_revalidating(approval, redi
     rq_queue("search", redis_url).empty()
     assert watch.recover() == 1
     assert [tuple(j.args) for j in rq_queue("search", redis_url).jobs] == [(approval.pk,)]
+
+
+def test_a_watcher_hands_over_after_one_pass_while_another_job_waits(approval, redis_url):
+    queue = rq_queue("search", redis_url)
+    assert len(queue.jobs) == 1  # the approval's own watcher, not started yet: it waits
+    started = time.monotonic()
+    assert watch.watch(approval.pk, poll_s=0.01, slice_s=60) == "continuing"
+    assert time.monotonic() - started < 10  # one pass, not the slice's 60 s
+    assert [tuple(j.args) for j in queue.jobs] == [(approval.pk,), (approval.pk,)]
+    assert redis_url.get(watch.lease_key(approval.pk)) is None  # the next slice may take it
+
+
+def test_a_watcher_alone_on_the_queue_keeps_watching_for_its_slice(approval, redis_url):
+    queue = rq_queue("search", redis_url)
+    queue.empty()
+    started = time.monotonic()
+    assert watch.watch(approval.pk, poll_s=0.05, slice_s=0.5) == "continuing"
+    assert time.monotonic() - started >= 0.5
+    assert [tuple(j.args) for j in queue.jobs] == [(approval.pk,)]

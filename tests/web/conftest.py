@@ -1,4 +1,5 @@
-"""Fixtures for the web app's tests: users in each role, an idea, searches."""
+"""Fixtures for the web app's tests: users in each role, an idea, searches, Redis, real
+processes."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ from typing import Any
 
 import pytest
 
+from core.roles import ENGINEERS, REVIEWERS
 from searches import services
 from searches.models import Search
-from searches.roles import ENGINEERS, REVIEWERS
 from tests.conftest import test_redis_url
 from tests.web.agent_helpers import llm_server  # noqa: F401 (a fixture: the LLM endpoint)
 from tests.web.domain import idea_kwargs
+from tests.web.processes import Processes
 
 
 def _user(django_user_model: Any, username: str, *groups: str, **extra: Any) -> Any:
@@ -76,6 +78,16 @@ def redis_url(settings, worker_id):
     yield conn
     conn.flushdb()
     conn.close()
+
+
+@pytest.fixture
+def env(redis_url, settings, tmp_path):
+    """Real processes (`Processes`: the orchestrator, GPU workers) on the test's database and its
+    Redis database (`redis_url`), all killed at the end: {"redis", "url", "procs", "start"}.
+    Extra environment for them goes into `procs.env` before the first start."""
+    procs = Processes(settings.REDIS_URL, tmp_path)
+    yield {"redis": redis_url, "url": settings.REDIS_URL, "procs": procs, "start": procs.start}
+    procs.stop_all()
 
 
 @pytest.fixture

@@ -23,8 +23,8 @@ from django.test import Client
 from django.urls import URLPattern, get_resolver
 
 from autoweb.routing import websocket_urlpatterns
+from core.roles import ENGINEERS
 from searches.models import Search
-from searches.roles import ENGINEERS
 from tests.conftest import channel_layers, test_redis_url
 from tests.web.conftest import _user
 from tests.web.domain import propose

@@ -7,48 +7,34 @@ from __future__ import annotations
 import time
 
 import pytest
-import redis
 from django.db import transaction
 
 from searches import orchestrator, services
 from searches.models import Search, Trial
-from tests.conftest import test_redis_url
 from tests.web.agent_helpers import GOOD, HACKED, MALFORMED, WRONG, fenced
 from tests.web.domain import idea_kwargs
 from tests.web.openai_server import OpenAIServer, Step
-from tests.web.processes import Processes
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture
-def env(worker_id, tmp_path):
-    db = 11 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
-    url = test_redis_url(db)
-    conn = redis.Redis.from_url(url)
-    try:
-        conn.ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis on {url}")
-    conn.flushdb()
+def server(env):
+    """The OpenAI-compatible endpoint the processes' agent talks to."""
     with OpenAIServer() as server:
-        procs = Processes(
-            url,
-            tmp_path,
+        env["procs"].env.update(
             OPENAI_BASE_URL=server.base_url,
             OPENAI_API_KEY="sk-e2e-secret-key-000000",
             AUTOWEB_LLM_TUNE_TRIALS="1",
             AUTOWEB_LLM_BACKOFF_MS="10",
         )
-        yield {"url": url, "start": procs.start, "server": server, "procs": procs}
-        procs.stop_all()
-    conn.flushdb()
+        yield server
+        env["procs"].stop_all()  # before the endpoint goes
 
 
 def test_an_llm_search_keeps_tunes_reverts_and_fails_with_the_right_categories(
-    env, settings, engineer
+    env, server, engineer
 ):
-    server = env["server"]
     server.script.add(
         Step(status=429, message="slow down", retry_after=0.1),  # retried, then:
         Step(reply=fenced(GOOD), chunk_chars=64),  # kept; then its knobs tuned once
@@ -56,7 +42,6 @@ def test_an_llm_search_keeps_tunes_reverts_and_fails_with_the_right_categories(
         Step(reply=MALFORMED),  # malformed, no worker needed
         Step(reply=fenced(HACKED)),  # prohibited by the static checks
     )
-    settings.REDIS_URL = env["url"]
     idea = services.create_idea(
         **idea_kwargs(
             engineer,

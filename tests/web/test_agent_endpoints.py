@@ -12,11 +12,11 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 
+from core.roles import ENGINEERS
 from searches import crypto, services
 from searches.agent import step
 from searches.agent.switch import set_llm
 from searches.models import Idea, LLMChange, Search, Trial
-from searches.roles import ENGINEERS
 from tests.web.agent_helpers import GOOD, WRONG, fenced, llm_search
 from tests.web.conftest import _user
 from tests.web.domain import judge, rejected

@@ -9,13 +9,11 @@ from __future__ import annotations
 import time
 
 import pytest
-import redis
 from django.db import transaction
 from django.urls import reverse
 
 from searches import orchestrator, services
 from searches.models import Search, Trial
-from tests.conftest import test_redis_url
 from tests.web.agent_helpers import GOOD, fenced
 from tests.web.domain import idea_kwargs
 from tests.web.openai_server import OpenAIServer, Step
@@ -29,28 +27,18 @@ WINDOW_S = 6
 
 
 @pytest.fixture
-def env(worker_id, tmp_path):
-    db = 11 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
-    url = test_redis_url(db)
-    conn = redis.Redis.from_url(url)
-    try:
-        conn.ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis on {url}")
-    conn.flushdb()
+def server(env):
+    """The OpenAI-compatible endpoint the processes' agent talks to, with a short retry window."""
     with OpenAIServer() as server:
-        procs = Processes(
-            url,
-            tmp_path,
+        env["procs"].env.update(
             OPENAI_BASE_URL=server.base_url,
             OPENAI_API_KEY=KEY,
             AUTOWEB_LLM_TUNE_TRIALS="0",
             AUTOWEB_LLM_RETRY_S=str(WINDOW_S),
             AUTOWEB_LLM_BACKOFF_MS="250",
         )
-        yield {"url": url, "server": server, "procs": procs, "logs": tmp_path}
-        procs.stop_all()
-    conn.flushdb()
+        yield server
+        env["procs"].stop_all()  # before the endpoint goes
 
 
 def _wait(search: Search, until, timeout: float, procs: Processes) -> Search:
@@ -67,15 +55,14 @@ def _wait(search: Search, until, timeout: float, procs: Processes) -> Search:
 
 
 def test_an_outage_is_survived_a_longer_one_fails_the_search_and_resume_carries_on(
-    env, settings, engineer, client
+    env, server, engineer, client
 ):
-    server, procs = env["server"], env["procs"]
+    procs = env["procs"]
     # Echoed by a misbehaving proxy in its error bodies: still never logged nor shown.
     overloaded = Step(status=503, message=f"overloaded (upstream refused key {KEY})")
     bad_gateway = Step(status=502, message="bad gateway")
     server.script.add(Step(reply=fenced(GOOD)))
     server.script.outage(600, overloaded, bad_gateway)
-    settings.REDIS_URL = env["url"]
     idea = services.create_idea(
         **idea_kwargs(engineer, proposer="llm:model-a", target_kinds=["interpret"], max_trials=2)
     )
@@ -111,7 +98,7 @@ def test_an_outage_is_survived_a_longer_one_fails_the_search_and_resume_carries_
     assert KEY not in reason
 
     # Every search-ending error reaches the orchestrator's log in one line; the key never does.
-    logs = "".join(p.read_text() for p in env["logs"].glob("proc*.log"))
+    logs = "".join(p.read_text() for p in procs.logs.glob("proc*.log"))
     failed = [line for line in logs.splitlines() if f"search {search.pk} failed:" in line]
     assert len(failed) == 1 and "503: overloaded" in failed[0], failed
     assert KEY not in logs
@@ -129,4 +116,4 @@ def test_an_outage_is_survived_a_longer_one_fails_the_search_and_resume_carries_
     assert [t.pk for t in trials][:1] == [first.pk]  # its history stayed
     assert [(t.proposer, t.terminal) for t in trials] == [("llm:model-a", True)] * 2
     assert search.incumbent_id is not None
-    assert KEY not in "".join(p.read_text() for p in env["logs"].glob("proc*.log"))
+    assert KEY not in "".join(p.read_text() for p in procs.logs.glob("proc*.log"))

@@ -13,10 +13,10 @@ import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from core.errors import DomainError
 from searches import live, services
 from searches.agent import notes, step
 from searches.agent.switch import set_llm
-from searches.errors import DomainError
 from searches.models import Search, Trial
 from tests.conftest import test_redis_url
 from tests.web.agent_helpers import (

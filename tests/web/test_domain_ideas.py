@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import PermissionDenied
 
+from core.errors import DomainError
 from searches import services
-from searches.errors import DomainError
 from searches.models import MAX_TRIALS_CAP, Idea
 from tests.web.domain import SOFTMAX_SEED, idea_kwargs
 

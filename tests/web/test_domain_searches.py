@@ -8,8 +8,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.utils import timezone
 
+from core.errors import DomainError, IllegalTransition
 from searches import services
-from searches.errors import DomainError, IllegalTransition
 from searches.models import Search, StopReason
 from tests.web.domain import idea_kwargs
 

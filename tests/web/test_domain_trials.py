@@ -6,8 +6,8 @@ import threading
 import pytest
 from django.db import connection
 
+from core.errors import DomainError, DuplicateCandidate, IllegalTransition, InvalidReport
 from searches import services
-from searches.errors import DomainError, DuplicateCandidate, IllegalTransition, InvalidReport
 from searches.models import Search, Trial
 from tests.web.domain import (
     accepted,

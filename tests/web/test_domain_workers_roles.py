@@ -7,10 +7,10 @@ from django.contrib.auth.models import AnonymousUser, Group
 from django.urls import reverse
 from django.utils import timezone
 
+from core.errors import DomainError, UnknownWorker
+from core.roles import ENGINEERS, REVIEWERS, is_engineer, is_reviewer
 from searches import selectors, services
-from searches.errors import DomainError, UnknownWorker
 from searches.models import Worker
-from searches.roles import ENGINEERS, REVIEWERS, is_engineer, is_reviewer
 from tests.web.domain import accepted, judge, propose
 
 pytestmark = pytest.mark.django_db

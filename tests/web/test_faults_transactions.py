@@ -13,10 +13,11 @@ from django.test import Client
 from django.urls import reverse
 from rq import Queue
 
+from core.control import search_queue
 from kernels.protocol import queue_name
 from searches import services
 from searches.models import Search, Trial
-from searches.orchestrator import Loop, enqueue_search, search_queue
+from searches.orchestrator import Loop, enqueue_search
 from tests.web.domain import idea_kwargs, propose
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,9 +19,9 @@ from django.test import Client
 from django.urls import reverse
 
 from autoweb.asgi import application
+from core.roles import ENGINEERS
 from searches import consumers, live, services
 from searches.models import Trial
-from searches.roles import ENGINEERS
 from tests.web.domain import propose
 from tests.web.pages import HOSTILE, HOSTILE_RAW
 from tests.web.test_live_consumer import (  # noqa: F401 (fixtures)

@@ -14,27 +14,8 @@ from django.db import transaction
 from kernels.queues import fetch_job
 from searches import orchestrator, services
 from searches.models import Search
-from tests.conftest import test_redis_url
-from tests.web.processes import Processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def env(worker_id, tmp_path, settings):
-    db = 7 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
-    url = test_redis_url(db)
-    conn = redis.Redis.from_url(url)
-    try:
-        conn.ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis on {url}")
-    conn.flushdb()
-    settings.REDIS_URL = url
-    procs = Processes(url, tmp_path)
-    yield {"redis": conn, "url": url, "procs": procs}
-    procs.stop_all()
-    conn.flushdb()
 
 
 def _searches(n: int, kinds: list[str]) -> list[Search]:

@@ -8,9 +8,9 @@ import re
 import pytest
 from django.urls import reverse
 
+from kernels.protocol import SEARCH_QUEUE
 from kernels.queues import register, rq_queue
 from searches.models import Idea, Search
-from searches.orchestrator import SEARCH_QUEUE
 from tests.web.domain import SOFTMAX_SEED
 from tests.web.pages import HOSTILE, HOSTILE_RAW, ROOT, assert_inert
 
@@ -151,8 +151,8 @@ def test_a_long_description_or_title_gets_a_clear_error_not_a_silent_cut(enginee
 
 
 def test_the_service_refuses_a_description_over_the_limit_too(engineer):
+    from core.errors import DomainError
     from searches import services
-    from searches.errors import DomainError
     from tests.web.domain import idea_kwargs
 
     with pytest.raises(DomainError) as error:

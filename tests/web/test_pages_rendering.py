@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from searches import rendering
-from searches.templatetags import autoweb_format as fmt
+from core import rendering
+from core.templatetags import autoweb_format as fmt
 
 ROOT = Path(__file__).resolve().parents[2]
 

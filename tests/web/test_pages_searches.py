@@ -8,10 +8,10 @@ import pytest
 from django.template.loader import render_to_string
 from django.urls import reverse
 
+from kernels.protocol import SEARCH_QUEUE
 from kernels.queues import rq_queue
 from searches import services
 from searches.models import Search, StopReason, Trial
-from searches.orchestrator import SEARCH_QUEUE
 from tests.web.domain import idea_kwargs, propose, rejected
 from tests.web.pages import (
     HOSTILE,

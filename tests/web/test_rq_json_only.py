@@ -18,7 +18,6 @@ from rq.serializers import JSONSerializer
 
 from kernels.protocol import queue_name
 from kernels.queues import fetch_job, rq_queue
-from tests.web.test_search_e2e import env  # noqa: F401  (the real-process fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,7 +49,7 @@ def _run_to_exit(stack: dict, proc, timeout: float = 120) -> str:
 
 
 @pytest.mark.parametrize("who", ["orchestrator", "gpu worker"], ids=["orchestrator", "gpu-worker"])
-def test_a_pickled_job_planted_in_redis_is_never_unpickled(env, tmp_path, who):  # noqa: F811
+def test_a_pickled_job_planted_in_redis_is_never_unpickled(env, tmp_path, who):
     marker = tmp_path / "pwned"
     if who == "orchestrator":
         _plant(env["redis"], "search", "searches.tasks.run_search", str(marker))
@@ -65,7 +64,7 @@ def test_a_pickled_job_planted_in_redis_is_never_unpickled(env, tmp_path, who): 
 
 
 @pytest.mark.parametrize("who", ["orchestrator", "gpu worker"], ids=["orchestrator", "gpu-worker"])
-def test_a_json_job_naming_any_other_function_or_a_callback_is_refused(env, tmp_path, who):  # noqa: F811
+def test_a_json_job_naming_any_other_function_or_a_callback_is_refused(env, tmp_path, who):
     """JSON alone does not make a job data: RQ imports whatever function a job names. Only
     autoweb's own job functions run, and callbacks never do; the process keeps serving."""
     marker = tmp_path / "pwned"
@@ -102,7 +101,7 @@ def test_a_json_job_naming_any_other_function_or_a_callback_is_refused(env, tmp_
     assert "callbacks are not run" in job.latest_result().exc_string
 
 
-def test_queues_write_json_and_read_it_back(env):  # noqa: F811
+def test_queues_write_json_and_read_it_back(env):
     q = rq_queue("gpu.interpret", env["redis"])
     job = q.enqueue("kernels.worker.evaluate_job", kwargs={"problem": "softmax", "source": "x"})
     raw = zlib.decompress(env["redis"].hget(f"rq:job:{job.id}", "data"))  # RQ compresses

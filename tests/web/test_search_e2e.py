@@ -8,33 +8,14 @@ import signal
 import time
 
 import pytest
-import redis
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from kernels.protocol import events_key
 from searches import orchestrator, services
 from searches.models import Search, Trial
-from tests.conftest import test_redis_url
-from tests.web.processes import Processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def env(worker_id, tmp_path):
-    db = 5 + (int(worker_id[2:]) if worker_id.startswith("gw") else 0)
-    url = test_redis_url(db)
-    conn = redis.Redis.from_url(url)
-    try:
-        conn.ping()
-    except redis.RedisError:
-        pytest.skip(f"no Redis on {url}")
-    conn.flushdb()
-    procs = Processes(url, tmp_path)
-    yield {"redis": conn, "url": url, "start": procs.start, "procs": procs}
-    procs.stop_all()
-    conn.flushdb()
 
 
 def _search(settings, redis_url, max_trials=3) -> Search:

@@ -15,8 +15,8 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 from django.urls import reverse
 
+from core.roles import ENGINEERS
 from searches.models import Search
-from searches.roles import ENGINEERS
 from tests.web.conftest import _user
 from tests.web.domain import propose
 from tests.web.routes import PUBLIC, routes

@@ -19,11 +19,11 @@ S = Search.Status
 def _pass(search: Search) -> None:
     """One orchestrator pass over the search, as `run_search` makes it."""
     loop = orchestrator.Loop(search.pk)
-    assert loop.acquire(wait_s=0)
+    assert loop.lease.acquire()
     try:
         loop.step()
     finally:
-        loop.release()
+        loop.lease.release()
 
 
 def _gpu_queue(redis_url) -> list[str]:
@@ -128,7 +128,7 @@ def test_a_stopped_search_left_with_a_job_the_orchestrator_re_enqueued_still_end
 
 @pytest.mark.slow
 def test_with_a_real_orchestrator_driving_it_stop_ends_the_search_within_a_pass(
-    engineer_client, queued_search, redis_url, tmp_path
+    engineer_client, queued_search, redis_url, env
 ):
     """`manage.py orchestrator` holds the search's lease while it serves it, so the web leaves
     the stop to the loop: its next pass withdraws the waiting job and finishes the search."""
@@ -136,24 +136,19 @@ def test_with_a_real_orchestrator_driving_it_stop_ends_the_search_within_a_pass(
 
     from django.db import transaction
 
-    from tests.web.processes import Processes
-
-    url = redis_url.connection_pool.connection_kwargs
-    procs = Processes(f"redis://{url['host']}:{url['port']}/{url['db']}", tmp_path)
-    try:
-        with transaction.atomic():
-            orchestrator.enqueue_search(queued_search)
-        procs.start("manage.py", "orchestrator")
-        deadline = time.monotonic() + 120
-        while not Trial.objects.filter(search=queued_search, status=Trial.Status.QUEUED).exists():
-            assert time.monotonic() < deadline, procs.log_tails()
-            time.sleep(0.2)
-        engineer_client.post(reverse("searches:search_stop", args=[queued_search.pk]))
-        stopped = time.monotonic()
-        while Search.objects.get(pk=queued_search.pk).status != S.FINISHED:
-            assert time.monotonic() - stopped < 10, procs.log_tails()
-            time.sleep(0.1)
-    finally:
-        procs.stop_all()
+    procs = env["procs"]
+    with transaction.atomic():
+        orchestrator.enqueue_search(queued_search)
+    procs.start("manage.py", "orchestrator")
+    deadline = time.monotonic() + 120
+    while not Trial.objects.filter(search=queued_search, status=Trial.Status.QUEUED).exists():
+        assert time.monotonic() < deadline, procs.log_tails()
+        time.sleep(0.2)
+    engineer_client.post(reverse("searches:search_stop", args=[queued_search.pk]))
+    stopped = time.monotonic()
+    while Search.objects.get(pk=queued_search.pk).status != S.FINISHED:
+        assert time.monotonic() - stopped < 10, procs.log_tails()
+        time.sleep(0.1)
+    procs.stop_all()
     assert _gpu_queue(redis_url) == []
     assert Trial.objects.get(search=queued_search).status == Trial.Status.PROPOSED

@@ -8,8 +8,9 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from searches import roles, services
-from searches.errors import DomainError
+from core import roles
+from core.errors import DomainError
+from searches import services
 
 
 class Command(BaseCommand):

@@ -8,9 +8,9 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 from rq import SimpleWorker
 
+from core import control
 from kernels.queues import SERIALIZER, SafeJob
-from searches import hooks
-from searches.orchestrator import SWEEP_S, recover, redis_conn, search_queue, sweep
+from searches.orchestrator import SWEEP_S, sweep
 
 
 class Command(BaseCommand):
@@ -20,16 +20,16 @@ class Command(BaseCommand):
         parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
 
     def handle(self, *args, burst: bool = False, **options):
-        conn = redis_conn()
-        n = recover()
-        self.stdout.write(f"orchestrator: resuming {n} active search(es)", ending="\n")
-        hooks.orchestrator_started()  # what other apps resume (searches.hooks)
+        conn = control.redis_conn()
+        # What each app registered in its AppConfig.ready(): searches' loops, reviews' watchers.
+        for what, n in control.recover().items():
+            self.stdout.write(f"orchestrator: resuming {n} {what}", ending="\n")
         self.stdout.flush()
         stop = threading.Event()
         threading.Thread(target=_sweeper, args=(stop,), daemon=True).start()
         # No fork per job: the loop is light, and Django's connections stay in one process.
         worker = SimpleWorker(
-            [search_queue(conn)], connection=conn, serializer=SERIALIZER, job_class=SafeJob
+            [control.search_queue(conn)], connection=conn, serializer=SERIALIZER, job_class=SafeJob
         )
         try:
             worker.work(burst=burst, with_scheduler=False)
@@ -41,7 +41,7 @@ def _sweeper(stop: threading.Event) -> None:
     """Pick up searches whose loop died with another orchestrator process."""
     while not stop.wait(SWEEP_S + 1):
         try:
-            sweep(redis_conn())
+            sweep(control.redis_conn())
         except Exception:  # Redis or the database restarting: try again next round
             pass
         finally:

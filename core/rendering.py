@@ -4,7 +4,7 @@ Everything here escapes its input: markdown with raw HTML disabled (markdown-it 
 `javascript:` links), source and diffs through pygments. These are the only places the app
 marks HTML safe; templates never use `|safe` on anything a person or a model wrote.
 
-Side-by-side diffs (`source_diff`, shown by templates/searches/partials/source_diff.html, used
+Side-by-side diffs (`source_diff`, shown by templates/core/partials/source_diff.html, used
 by the search pages' trial comparison and the library's review page): difflib finds the
 changed lines; pygments highlights (and so escapes) each source as a whole, and its HTML
 formatter closes and reopens spans at every line end, so a highlighted source splits into

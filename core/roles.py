@@ -1,9 +1,10 @@
 """The two roles: engineers submit ideas and run searches; reviewers also approve and veto.
 
-Roles are Django groups (created by migration 0002). Reviewers count as engineers, and
-superusers hold both roles, so a check never needs to name more than one group. Staff (Django's
-`is_staff`, the admin site) is not a role of its own in the app, with one exception: staff who
-see searches may steer anyone's (`may_steer`). docs/deploy.md has the whole access table.
+Roles are Django groups (created by the `searches` app's migration 0002). Reviewers count as
+engineers, and superusers hold both roles, so a check never needs to name more than one group.
+Staff (Django's `is_staff`, the admin site) is not a role of its own in the app, with one
+exception: staff who see searches may steer anyone's (`may_steer`). docs/deploy.md has the whole
+access table.
 """
 
 from __future__ import annotations
