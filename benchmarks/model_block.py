@@ -11,9 +11,11 @@ timed call by call with CUDA events; decode of one new token per sequence agains
 1024 to 8192 positions at batch 1 and 8, each variant captured in a CUDA graph and timed by
 replay. The variants (released: the block's ops called through the library; eager;
 torch.compile of the eager block; released+compile: torch.compile of the released block, how a
-user compiles a model that calls the library) are sampled in shuffled order round after round
-in one process (kernels.harness.timing), medians reported with their spread; speedups are
-eager / released and compiled / released, and the same for released+compile.
+user compiles a model that calls the library, which by default traces the references there;
+kernels+compile: the same with the library told to run its releases under torch.compile too,
+`load(..., under_compile="kernel")`) are sampled in shuffled order round after round in one
+process (kernels.harness.timing), medians reported with their spread; speedups are eager /
+variant and compiled / variant.
 
 `--smoke` runs on the CPU: tiny shapes, float32, releases of kind `interpret` in Triton's
 interpreter (TRITON_INTERPRET=1 is set). It checks that the variants agree and reports
@@ -52,14 +54,16 @@ GPU_PREFILL = [(1, 512), (1, 2048), (4, 2048), (1, 8192), (8, 1024)]
 GPU_DECODE = [(1, 1024), (1, 8192), (8, 2048), (8, 8192)]
 SMOKE_PREFILL = [(2, 7)]
 SMOKE_DECODE = [(2, 9)]
-VARIANTS = ("released", "eager", "compiled", "released_compiled")
+VARIANTS = ("released", "eager", "compiled", "released_compiled", "kernels_compiled")
 
 
-def library_ops(library_dir: str | None) -> dict[str, Any]:
+def library_ops(library_dir: str | None, under_compile: str | None = None) -> dict[str, Any]:
     """Every op of the block through the library; ops no problem covers stay torch calls."""
     from kernels import block, library
 
-    ops: dict[str, Any] = {name: library.load(name, library_dir) for name in block.OPS}
+    ops: dict[str, Any] = {
+        name: library.load(name, library_dir, under_compile=under_compile) for name in block.OPS
+    }
     for name in block.TORCH_OPS:
         ops[name] = block.reference_ops()[name]
     return ops
@@ -212,7 +216,9 @@ def time_ops(rows: list[dict[str, Any]], budget_s: float, seed: int) -> None:
         row["speedup"] = ref / rel if ref and rel else None
 
 
-def run_case(phase: str, batch: int, seq: int, args, lib_ops, dtype, device) -> dict[str, Any]:
+def run_case(
+    phase: str, batch: int, seq: int, args, lib_ops, kernel_ops, dtype, device
+) -> dict[str, Any]:
     """One shape: the variants' outputs compared, timed on a GPU, and the breakdown."""
     import torch
 
@@ -239,11 +245,13 @@ def run_case(phase: str, batch: int, seq: int, args, lib_ops, dtype, device) -> 
         torch._dynamo.reset()  # each shape compiles its own block; no cache limit reached
         fns["compiled"] = torch.compile(forward(ref_ops), dynamic=False)
         # How a user runs a model with the library: torch.compile over the block whose ops
-        # call it. Inductor then fuses the glue between ops (residual adds, splits) and the ops
-        # with no release, and calls the released kernels where they serve. Not on the CPU:
-        # torch.compile cannot trace a kernel running in Triton's interpreter.
+        # call it. By default the library traces each op's reference there, so this is
+        # torch.compile's own block; kernels+compile runs the releases inside it (Inductor
+        # fuses the glue and the ops with no release around them). Not on the CPU: there the
+        # releases run in Triton's interpreter, which torch.compile cannot trace.
+        fns["released_compiled"] = torch.compile(forward(lib_ops), dynamic=False)
         if device == "cuda":
-            fns["released_compiled"] = torch.compile(forward(lib_ops), dynamic=False)
+            fns["kernels_compiled"] = torch.compile(forward(kernel_ops), dynamic=False)
     rows = breakdown(lambda ops: forward(ops)(), lib_ops)
     outputs, failed = {}, {}
     for name, fn in fns.items():
@@ -278,12 +286,11 @@ def run_case(phase: str, batch: int, seq: int, args, lib_ops, dtype, device) -> 
         for base in ("eager", "compiled"):
             result[f"{base}_ms"] = ms.get(base)
             result[f"speedup_{base}"] = ms[base] / released if released and ms.get(base) else None
-        rc = ms.get("released_compiled")
-        result["released_compiled_ms"] = rc
-        for base in ("eager", "compiled"):
-            result[f"released_compiled_speedup_{base}"] = (
-                ms[base] / rc if rc and ms.get(base) else None
-            )
+        for variant in ("released_compiled", "kernels_compiled"):
+            vm = ms.get(variant)
+            result[f"{variant}_ms"] = vm
+            for base in ("eager", "compiled"):
+                result[f"{variant}_speedup_{base}"] = ms[base] / vm if vm and ms.get(base) else None
         if not args.no_op_timing:
             time_ops(rows, args.op_budget, args.seed)
     result["ops"] = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
@@ -307,7 +314,7 @@ def print_report(report: dict[str, Any]) -> None:
     print(
         f"{'phase':8s} {'B':>3s} {'S':>6s} {'eager ms':>9s} {'compile ms':>10s} "
         f"{'released ms':>11s} {'x eager':>8s} {'x compile':>9s} {'rel+compile ms':>14s} "
-        f"{'x compile':>9s} {'released ops':>12s}  ok"
+        f"{'x compile':>9s} {'kern+compile ms':>15s} {'x compile':>9s} {'released ops':>12s}  ok"
     )
     for r in report["runs"]:
         print(
@@ -316,6 +323,8 @@ def print_report(report: dict[str, Any]) -> None:
             f"{_f(r.get('speedup_eager'), '.2f'):>8s} {_f(r.get('speedup_compiled'), '.2f'):>9s} "
             f"{_f(r.get('released_compiled_ms')):>14s} "
             f"{_f(r.get('released_compiled_speedup_compiled'), '.2f'):>9s} "
+            f"{_f(r.get('kernels_compiled_ms')):>15s} "
+            f"{_f(r.get('kernels_compiled_speedup_compiled'), '.2f'):>9s} "
             f"{r['released_ops']:>5d} of {len(r['ops']):<4d}  {'yes' if r['ok'] else 'NO'}"
         )
         for name, c in r["checks"].items():
@@ -393,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     lib_dir = args.library or os.environ.get(library.ENV_DIR) or None
     try:
         lib_ops = library_ops(lib_dir)
+        kernel_ops = library_ops(lib_dir, "kernel")
     except library.LibraryError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -403,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     started = time.time()
     with torch.no_grad():
-        runs = [run_case(phase, b, s, args, lib_ops, dtype, device) for phase, b, s in cases]
+        runs = [
+            run_case(phase, b, s, args, lib_ops, kernel_ops, dtype, device) for phase, b, s in cases
+        ]
     report = {
         "command": " ".join(["python", "benchmarks/model_block.py", *(argv or sys.argv[1:])]),
         "mode": "smoke" if args.smoke else "gpu",

@@ -19,9 +19,14 @@ compiling fails, e.g. on a machine without a C compiler). `route_of(*args)` says
 the table does not list run the release's kernel inside its range. Manifests written before
 releases carried a table have no `shapes`: their calls dispatch by range alone.
 
-Inside a model under torch.compile the route is decided while Dynamo traces the call, with no
-graph break: a release's kernel is traced, every other route traces the reference inline (so
-Inductor fuses it with the model's other ops, as it would without the library).
+Inside a model under torch.compile a call traces the reference inline by default, so Inductor
+compiles and fuses it with the model's other ops exactly as it would without the library: a
+release was measured against torch.compile of its op alone, and inside a compiled model it
+would replace a kernel Inductor fuses with its neighbours (measured on the H200: a compiled
+block with three releases ran at 0.85-0.99x the compiled plain block, docs/benchmarks/model.md).
+`load(..., under_compile="kernel")` (or AUTOWEB_LIBRARY_UNDER_COMPILE=kernel) runs the releases
+there too: the route is then decided while Dynamo traces the call, with no graph break, and a
+release's kernel is traced as a user Triton kernel.
 
 How a call's inputs give its shape is the problem's own declaration (its DIMS and RANKS), which
 the export copies into the manifest's `problems` entry; with no manifest, inside autoweb, it is
@@ -48,6 +53,8 @@ from typing import Any
 MANIFEST = "manifest.json"
 FORMAT = 1
 ENV_DIR = "AUTOWEB_LIBRARY_DIR"
+ENV_UNDER_COMPILE = "AUTOWEB_LIBRARY_UNDER_COMPILE"
+UNDER_COMPILE = ("reference", "kernel")  # what a call traced by torch.compile runs
 INTERPRET = "interpret"
 # Same names as kernels.harness.device.KINDS (kept in step by a test).
 _KINDS = {"H200": "h200", "H100": "h100", "B200": "b200", "A100": "a100", "L40S": "l40s"}
@@ -115,8 +122,10 @@ class Kernel:
         reference: Callable[..., Any],
         library_dir: Path | None,
         ranks: list[int] | None = None,
+        under_compile: str = "reference",
     ) -> None:
         self.problem = problem
+        self.under_compile = under_compile
         self.releases = releases
         self.dims = {k: (int(v[0]), int(v[1])) for k, v in dims.items()}
         self.reference = reference
@@ -160,12 +169,15 @@ class Kernel:
         return hit[0](*args)
 
     def _traced(self, args: tuple) -> Any:
-        """A call while torch.compile traces the caller (shapes are constants then). The route
-        is decided by `_route_while_tracing`, which Dynamo runs as plain Python and keeps as a
-        constant, so the dispatcher itself puts no graph break in the caller's graph. A
-        release's kernel is traced as the user Triton kernel it is; every other route traces
-        the reference inline, so Inductor compiles and fuses it with the ops around it, as
-        torch.compile of the caller would without the library."""
+        """A call while torch.compile traces the caller (shapes are constants then). By default
+        the reference, traced inline, so Inductor compiles and fuses it with the ops around it
+        as torch.compile of the caller would without the library. With under_compile="kernel"
+        the route is decided by `_route_while_tracing`, which Dynamo runs as plain Python and
+        keeps as a constant, so the dispatcher puts no graph break in the caller's graph; a
+        release's kernel is traced as the user Triton kernel it is, every other route traces
+        the reference inline."""
+        if self.under_compile == "reference":
+            return self.reference(*args)
         route, rid = _route_while_tracing(self._id, _key(args))
         if route == "kernel":
             return self._modules[rid].kernel(*args)
@@ -429,8 +441,19 @@ def _declared(problem: str) -> tuple[dict[str, Any] | None, list[int] | None]:
     return dict(p.dims), list(p.ranks)
 
 
-def load(problem: str, library_dir: str | Path | None = None) -> Kernel:
-    """The dispatching kernel for `problem` (the reference alone when no release is known)."""
+def load(
+    problem: str, library_dir: str | Path | None = None, *, under_compile: str | None = None
+) -> Kernel:
+    """The dispatching kernel for `problem` (the reference alone when no release is known).
+
+    `under_compile`: what a call traced by torch.compile runs, "reference" (the default, or
+    AUTOWEB_LIBRARY_UNDER_COMPILE) or "kernel" (the releases, as outside torch.compile)."""
+    mode = under_compile or os.environ.get(ENV_UNDER_COMPILE) or "reference"
+    if mode not in UNDER_COMPILE:
+        raise LibraryError(
+            f"under_compile must be one of {', '.join(UNDER_COMPILE)}, not {mode!r}"
+            + ("" if under_compile else f" (from {ENV_UNDER_COMPILE})")
+        )
     root = Path(library_dir) if library_dir is not None else default_dir()
     releases: list[dict[str, Any]] = []
     dims = ranks = None
@@ -444,4 +467,4 @@ def load(problem: str, library_dir: str | Path | None = None) -> Kernel:
         ranks = ranks or declared_ranks
     if dims is None:
         raise LibraryError(f"unknown problem {problem!r}: no dims in the manifest")
-    return Kernel(problem, releases, dims, _reference(problem, root), root, ranks)
+    return Kernel(problem, releases, dims, _reference(problem, root), root, ranks, mode)

@@ -412,15 +412,15 @@ def test_a_failing_compile_serves_every_compiled_shape_with_the_reference(tmp_pa
 def test_under_torch_compile_the_dispatcher_puts_no_graph_break_in_the_callers_graph(
     tmp_path, interpret, x, route
 ):
-    """Inside a compiled model the call is decided while Dynamo traces (a constant), on a cold
-    cache too: the release's kernel is traced, and every baseline route traces the reference
-    inline, so Inductor fuses it with the caller's ops as torch.compile without the library
-    would (never the nested torch.compile of the compiled route)."""
+    """With the releases run under torch.compile, the call is decided while Dynamo traces (a
+    constant), on a cold cache too: the release's kernel is traced, and every baseline route
+    traces the reference inline, so Inductor fuses it with the caller's ops as torch.compile
+    without the library would (never the nested torch.compile of the compiled route)."""
     import torch._dynamo
 
     rel = release(1) | {"shapes": _table({(3, 1000): "eager", (4, 1000): "compiled"})}
     root = write(tmp_path, [rel], {"kernels/r1.py": ONES.format(value=1.0)})
-    kernel = library.load("softmax", library_dir=root)
+    kernel = library.load("softmax", library_dir=root, under_compile="kernel")
 
     def block(t):
         return kernel(t * 2) + 1
@@ -439,7 +439,7 @@ def test_under_torch_compile_the_dispatcher_puts_no_graph_break_in_the_callers_g
 def test_a_compiled_caller_recompiles_for_a_shape_with_another_route(tmp_path, interpret):
     rel = release(1) | {"shapes": _table({(3, 1000): "eager"})}
     root = write(tmp_path, [rel], {"kernels/r1.py": ONES.format(value=1.0)})
-    kernel = library.load("softmax", library_dir=root)
+    kernel = library.load("softmax", library_dir=root, under_compile="kernel")
     block = torch.compile(lambda t: kernel(t) * 3, backend="eager", dynamic=False)
 
     kept, eager = torch.randn(5, 1000), torch.randn(3, 1000)
@@ -447,3 +447,42 @@ def test_a_compiled_caller_recompiles_for_a_shape_with_another_route(tmp_path, i
     assert block(kept).unique().tolist() == [3.0]  # the release's kernel
     torch.testing.assert_close(block(eager), torch.softmax(eager, dim=-1) * 3)  # the reference
     assert block(torch.randn(5, 1000)).unique().tolist() == [3.0]
+
+
+def test_by_default_a_compiled_caller_traces_the_reference_as_without_the_library(
+    tmp_path, interpret, monkeypatch
+):
+    """Inside torch.compile a release would replace a kernel Inductor fuses with its
+    neighbours: by default the call traces the reference, so the caller's graph is the one
+    torch.compile makes without the library, while eager calls still run the release."""
+    import torch._dynamo
+
+    monkeypatch.delenv(library.ENV_UNDER_COMPILE, raising=False)
+    root = write(tmp_path, [release(1)], {"kernels/r1.py": ONES.format(value=1.0)})
+    kernel = library.load("softmax", library_dir=root)
+    x = torch.randn(5, 1000)
+    assert kernel.route_of(x) == "kernel" and kernel(x).unique().tolist() == [1.0]
+
+    def with_library(t):
+        return kernel(t * 2) + 1
+
+    def without(t):
+        return torch.softmax(t * 2, dim=-1) + 1
+
+    torch._dynamo.reset()
+    ours, plain = torch._dynamo.explain(with_library)(x), torch._dynamo.explain(without)(x)
+
+    assert ours.graph_break_count == 0 and ours.graph_count == 1
+    assert str(ours.graphs[0].code).count("softmax") == str(plain.graphs[0].code).count("softmax")
+    torch.testing.assert_close(torch.compile(with_library, backend="eager")(x), without(x))
+    monkeypatch.setenv(library.ENV_UNDER_COMPILE, "kernel")
+    assert library.load("softmax", library_dir=root).under_compile == "kernel"
+
+
+def test_an_unknown_under_compile_mode_is_a_clear_error(tmp_path, monkeypatch):
+    root = write(tmp_path, [release(1)], {"kernels/r1.py": ONES.format(value=1.0)})
+    with pytest.raises(library.LibraryError, match="under_compile must be one of"):
+        library.load("softmax", library_dir=root, under_compile="kernels")
+    monkeypatch.setenv(library.ENV_UNDER_COMPILE, "fast")
+    with pytest.raises(library.LibraryError, match="AUTOWEB_LIBRARY_UNDER_COMPILE"):
+        library.load("softmax", library_dir=root)
