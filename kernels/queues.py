@@ -26,6 +26,7 @@ from kernels.protocol import (
     WORKERS_KEY,
     ProgressEvent,
     events_key,
+    queue_name,
     worker_key,
 )
 
@@ -71,6 +72,22 @@ def rq_queue(name: str, conn: redis.Redis | str) -> Queue:
     if isinstance(conn, str):
         conn = redis.Redis.from_url(conn)
     return Queue(name, connection=conn, serializer=SERIALIZER, job_class=SafeJob)
+
+
+def enqueue_gpu_job(
+    conn: redis.Redis, kind: str, job: str, kwargs: dict[str, Any], *, job_id: str, timeout_s: int
+) -> Job:
+    """Put a job for the GPU workers of `kind` on their queue (`job`: one of the job names of
+    `kernels.protocol`). Results and failures are kept a day, for the orchestrator that reads
+    them and for whoever looks into a failure."""
+    return rq_queue(queue_name(kind), conn).enqueue(
+        job,
+        kwargs=kwargs,
+        job_id=job_id,
+        job_timeout=timeout_s,
+        result_ttl=86400,
+        failure_ttl=86400,
+    )
 
 
 def fetch_job(job_id: str, conn: redis.Redis) -> Job:

@@ -10,9 +10,11 @@ class LibraryConfig(AppConfig):
 
     def ready(self) -> None:
         from core import control
-        from library import selectors, watch
+        from library import panels, selectors, watch
         from searches import hooks
 
-        # `searches` imports no app built on it: the library hands it its releases here.
+        # `searches` imports no app built on it: the library hands it its releases and the
+        # trial page's review panel here.
         hooks.provide_releases(selectors.released_speedups)
+        hooks.provide_trial_panel(panels.review_panel)
         control.on_orchestrator_start("re-validating approval(s)", watch.recover)

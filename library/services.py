@@ -32,7 +32,7 @@ from kernels.protocol import (
     queue_name,
     source_sha256,
 )
-from kernels.queues import fetch_job, rq_queue
+from kernels.queues import enqueue_gpu_job, fetch_job, rq_queue
 from library import selectors
 from library.models import Release, Revalidation, Review
 from searches.agent.notes import add_note
@@ -240,13 +240,13 @@ def _enqueue(reval: Revalidation, trial: Trial, attempt: int) -> None:
     kind, job_id = reval.kind, reval.job_id
 
     def go() -> None:
-        rq_queue(queue_name(kind), control.redis_conn()).enqueue(
+        enqueue_gpu_job(
+            control.redis_conn(),
+            kind,
             REVALIDATE_JOB,
-            kwargs=kwargs,
+            kwargs,
             job_id=job_id,
-            job_timeout=JOB_TIMEOUT_S,
-            result_ttl=86400,
-            failure_ttl=86400,
+            timeout_s=JOB_TIMEOUT_S,
         )
 
     transaction.on_commit(go)

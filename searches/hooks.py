@@ -7,6 +7,8 @@ the reverse. What `searches` needs from an app built on it, the app hands over i
 - `provide_releases(fn)`: `fn()` returns the released kernels the charts draw, one row per
   (GPU kind, problem): ``{"kind", "problem", "speedup_eager", "speedup_compiled", "label",
   "url"}`` (the library app: the best active release of each).
+- `provide_trial_panel(fn)`: `fn(trial)` returns HTML the trial page shows under its summary
+  (the library app: the trial's review status), rendered by the app from its own templates.
 
 What an app resumes when an orchestrator starts, it registers with `core.control` (as
 `searches` itself does), not here.
@@ -23,6 +25,19 @@ _release_providers: list[Callable[[], Iterable[dict[str, Any]]]] = []
 def provide_releases(fn: Callable[[], Iterable[dict[str, Any]]]) -> None:
     if fn not in _release_providers:
         _release_providers.append(fn)
+
+
+_trial_panels: list[Callable[[Any], str]] = []
+
+
+def provide_trial_panel(fn: Callable[[Any], str]) -> None:
+    if fn not in _trial_panels:
+        _trial_panels.append(fn)
+
+
+def trial_panels(trial: Any) -> list[str]:
+    """Every provider's HTML for the trial page, in the order the apps registered."""
+    return [fn(trial) for fn in _trial_panels]
 
 
 def released_speedups() -> list[dict[str, Any]]:

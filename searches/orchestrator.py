@@ -46,7 +46,7 @@ from kernels.protocol import (
     events_key,
     queue_name,
 )
-from kernels.queues import fetch_job, online_workers, rq_queue
+from kernels.queues import enqueue_gpu_job, fetch_job, online_workers, rq_queue
 from searches import live, selectors, services
 from searches.models import Search, StopReason, Trial
 
@@ -351,13 +351,8 @@ class Loop:
             conn = self.conn
 
             def go() -> None:
-                rq_queue(queue_name(kind), conn).enqueue(
-                    CONFIRM_JOB,
-                    kwargs=kwargs,
-                    job_id=job_id,
-                    job_timeout=JOB_TIMEOUT_S,
-                    result_ttl=86400,
-                    failure_ttl=86400,
+                enqueue_gpu_job(
+                    conn, kind, CONFIRM_JOB, kwargs, job_id=job_id, timeout_s=JOB_TIMEOUT_S
                 )
 
             transaction.on_commit(go)
@@ -454,13 +449,8 @@ class Loop:
             conn = self.conn
 
             def go() -> None:
-                rq_queue(queue_name(kind), conn).enqueue(
-                    TABLE_JOB,
-                    kwargs=kwargs,
-                    job_id=job_id,
-                    job_timeout=JOB_TIMEOUT_S,
-                    result_ttl=86400,
-                    failure_ttl=86400,
+                enqueue_gpu_job(
+                    conn, kind, TABLE_JOB, kwargs, job_id=job_id, timeout_s=JOB_TIMEOUT_S
                 )
 
             transaction.on_commit(go)
@@ -547,13 +537,8 @@ class Loop:
             conn = self.conn
 
             def go() -> None:
-                rq_queue(queue_name(kind), conn).enqueue(
-                    EVALUATE_JOB,
-                    kwargs=kwargs,
-                    job_id=job_id,
-                    job_timeout=JOB_TIMEOUT_S,
-                    result_ttl=86400,
-                    failure_ttl=86400,
+                enqueue_gpu_job(
+                    conn, kind, EVALUATE_JOB, kwargs, job_id=job_id, timeout_s=JOB_TIMEOUT_S
                 )
 
             transaction.on_commit(go)

@@ -133,3 +133,20 @@ def test_importing_every_web_module_loads_no_torch():
         "library.views",
     ):
         assert module in result["imported"]
+
+
+def test_the_searches_templates_load_no_tag_and_include_no_template_of_the_library():
+    """Templates count as imports: a searches page that loads a library tag or includes a
+    library template would need the library app, the arrow the table forbids."""
+    import re
+
+    tags = {p.stem for p in (ROOT / "library").glob("templatetags/*.py")}
+    own = {p.stem for app in ("core", "searches") for p in (ROOT / app).glob("templatetags/*.py")}
+    pages = sorted((ROOT / "templates" / "searches").rglob("*.html"))
+    assert pages and "trial_panels" in own  # the scan sees what it looks for
+    for page in pages:
+        text = page.read_text()
+        for line in re.findall(r"{%\s*load\s+([^%]+)%}", text):
+            loaded = set(line.split()) - {"static"}
+            assert loaded <= own and not loaded & tags, f"{page.name} loads {sorted(loaded - own)}"
+        assert not re.search(r"""{%\s*include\s+["']library/""", text), page.name

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import template
+from django.template.loader import render_to_string
 
 from library import selectors, services
 
-register = template.Library()
+
+def review_panel(trial: Any) -> str:
+    """The panel's HTML (the trial page shows it through `searches.hooks`)."""
+    return render_to_string("library/partials/review_status.html", review_status(trial))
 
 
-@register.inclusion_tag("library/partials/review_status.html")
 def review_status(trial: Any) -> dict[str, Any]:
     status = selectors.review_status(trial)
     review = status.get("review")
