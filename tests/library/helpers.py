@@ -189,3 +189,14 @@ def fresh_venv(where: Path) -> Path:
             os.symlink(os.path.join(site, found), deps / found)
     (next((venv / "lib").glob("python*")) / "site-packages" / "deps.pth").write_text(f"{deps}\n")
     return venv / "bin" / "python"
+
+
+def venv_with(wheel: Path, where: Path) -> Path:
+    """`fresh_venv` with the exported wheel installed (offline, nothing else); its python."""
+    py = fresh_venv(where)
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    return py

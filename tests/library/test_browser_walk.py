@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.library.helpers import fresh_venv
+from tests.library.helpers import venv_with
 from tests.web.test_browser_e2e import (  # noqa: F401 - app: the stack fixture
     CHROMIUM,
     app,
@@ -100,12 +100,7 @@ def test_the_whole_path_with_the_demo_reports_in_a_browser(app, tmp_path):  # no
     # The veto reason reaches the next prompt of that search.
     assert reason in seed_app(tmp_path, NOTES.format(pk=veto_pk))
 
-    py = fresh_venv(tmp_path)
-    subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
-        check=True,
-        timeout=300,
-    )
+    py = venv_with(wheel, tmp_path)
     script = (
         "import torch, autoweb_kernels\n"
         "k = autoweb_kernels.load('softmax')\n"

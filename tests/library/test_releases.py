@@ -18,7 +18,7 @@ from kernels import problems
 from library import export, services
 from library.models import Release, Revalidation
 from searches.models import Idea
-from tests.library.helpers import HONEST_SOFTMAX, candidate, fresh_venv
+from tests.library.helpers import HONEST_SOFTMAX, candidate, venv_with
 from tests.web.pages import HOSTILE, assert_inert
 
 pytestmark = pytest.mark.django_db
@@ -300,12 +300,7 @@ def test_the_exported_wheel_works_in_a_fresh_environment_without_autoweb(
     wheel = tmp_path / name
     wheel.write_bytes(data)
 
-    py = fresh_venv(tmp_path)
-    subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
-        check=True,
-        timeout=300,
-    )
+    py = venv_with(wheel, tmp_path)
     script = """
 import importlib.util, torch
 assert importlib.util.find_spec("kernels") is None, "autoweb is importable"
@@ -363,12 +358,7 @@ def test_every_problem_loads_from_the_wheel_in_a_fresh_environment(
         cases[p.name] = {"inputs": inputs, "expected": p.reference(*inputs)}
     torch.save(cases, tmp_path / "cases.pt")
 
-    py = fresh_venv(tmp_path)
-    subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(wheel)],
-        check=True,
-        timeout=300,
-    )
+    py = venv_with(wheel, tmp_path)
     script = """
 import importlib.util, torch
 assert importlib.util.find_spec("kernels") is None, "autoweb is importable"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+
 from kernels import problems as registry
-from searches import services
+from searches import orchestrator, services
 from searches.models import Search, Trial
 
 SOFTMAX_SEED = registry.load("softmax").seed_path.read_text()
@@ -28,6 +30,16 @@ def idea_kwargs(author: Any, **overrides: Any) -> dict[str, Any]:
     }
     kwargs.update(overrides)
     return kwargs
+
+
+def queue_search(author: Any, *, start: dict[str, Any] | None = None, **overrides: Any) -> Search:
+    """An idea (`idea_kwargs` with the overrides), its search started with `start` and its loop
+    queued for an orchestrator, as the idea form and the start button do."""
+    idea = services.create_idea(**idea_kwargs(author, **overrides))
+    with transaction.atomic():
+        search = services.start_search(idea=idea, user=author, **(start or {}))
+        orchestrator.enqueue_search(search)
+    return search
 
 
 def variant(i: int) -> str:

@@ -7,12 +7,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from django.db import transaction
 
-from searches import orchestrator, services
 from searches.models import Search, Trial
 from tests.web.agent_helpers import GOOD, HACKED, MALFORMED, WRONG, fenced
-from tests.web.domain import idea_kwargs
+from tests.web.domain import queue_search
 from tests.web.openai_server import OpenAIServer, Step
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -42,18 +40,14 @@ def test_an_llm_search_keeps_tunes_reverts_and_fails_with_the_right_categories(
         Step(reply=MALFORMED),  # malformed, no worker needed
         Step(reply=fenced(HACKED)),  # prohibited by the static checks
     )
-    idea = services.create_idea(
-        **idea_kwargs(
-            engineer,
-            proposer="llm:model-a",
-            target_kinds=["interpret"],
-            max_trials=5,
-            context_packs=["deepseek-mla-sparse"],
-        )
+    search = queue_search(
+        engineer,
+        start={"seed": 1},
+        proposer="llm:model-a",
+        target_kinds=["interpret"],
+        max_trials=5,
+        context_packs=["deepseek-mla-sparse"],
     )
-    with transaction.atomic():
-        search = services.start_search(idea=idea, user=engineer, seed=1)
-        orchestrator.enqueue_search(search)
     env["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "e2e:llm")
     env["start"]("manage.py", "orchestrator")
     deadline = time.monotonic() + 420

@@ -9,13 +9,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from django.db import transaction
 from django.urls import reverse
 
-from searches import orchestrator, services
 from searches.models import Search, Trial
 from tests.web.agent_helpers import GOOD, fenced
-from tests.web.domain import idea_kwargs
+from tests.web.domain import queue_search
 from tests.web.openai_server import OpenAIServer, Step
 from tests.web.processes import Processes
 
@@ -63,12 +61,13 @@ def test_an_outage_is_survived_a_longer_one_fails_the_search_and_resume_carries_
     bad_gateway = Step(status=502, message="bad gateway")
     server.script.add(Step(reply=fenced(GOOD)))
     server.script.outage(600, overloaded, bad_gateway)
-    idea = services.create_idea(
-        **idea_kwargs(engineer, proposer="llm:model-a", target_kinds=["interpret"], max_trials=2)
+    search = queue_search(
+        engineer,
+        start={"seed": 1},
+        proposer="llm:model-a",
+        target_kinds=["interpret"],
+        max_trials=2,
     )
-    with transaction.atomic():
-        search = services.start_search(idea=idea, user=engineer, seed=1)
-        orchestrator.enqueue_search(search)
     procs.start("-m", "kernels.worker", "--device", "interpret", "--name", "outage:cpu")
     procs.start("manage.py", "orchestrator")
 

@@ -95,30 +95,22 @@ def test_a_search_that_stops_improving_finishes_on_its_plateau(stack, settings):
     """On the interpreter no timing beats the first incumbent, so with patience 2 the search
     ends after three trials, well inside its trial budget, and says why."""
     from django.contrib.auth import get_user_model
-    from django.db import transaction
 
-    from searches import orchestrator, services
+    from searches import services
+    from tests.web.domain import queue_search
 
     settings.REDIS_URL = stack["redis"].url
     user = get_user_model().objects.create_user("plateau", password="pw")
     services.grant_role(user=user, role="engineers")
-    idea = services.create_idea(
-        author=user,
+    search = queue_search(
+        user,
+        start={"plateau_patience": 2},
         title="softmax plateau",
-        description="",
-        problem="softmax",
         target_kinds=["interpret"],
-        proposer="tuner",
-        sketch_source="",
         prohibitions="",
         max_trials=12,
-        max_gpu_minutes=30,
         max_wall_minutes=30,
-        max_tokens=None,
     )
-    with transaction.atomic():
-        search = services.start_search(idea=idea, user=user, plateau_patience=2)
-        orchestrator.enqueue_search(search)
     stack["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "f:p")
     stack["start"]("manage.py", "orchestrator")
     search = _wait(search, lambda s: s.status == Search.Status.FINISHED, timeout=300)

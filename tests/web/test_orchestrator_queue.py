@@ -9,11 +9,11 @@ import time
 import pytest
 import redis
 from django.contrib.auth import get_user_model
-from django.db import transaction
 
 from kernels.queues import fetch_job
 from searches import orchestrator, services
 from searches.models import Search
+from tests.web.domain import queue_search
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,23 +23,14 @@ def _searches(n: int, kinds: list[str]) -> list[Search]:
     services.grant_role(user=user, role="engineers")
     out = []
     for i in range(n):
-        idea = services.create_idea(
-            author=user,
+        search = queue_search(
+            user,
             title=f"search {i}",
-            description="",
-            problem="softmax",
             target_kinds=[kinds[i % len(kinds)]],
-            proposer="tuner",
-            sketch_source="",
             prohibitions="",
             max_trials=5,
-            max_gpu_minutes=30,
             max_wall_minutes=30,
-            max_tokens=None,
         )
-        with transaction.atomic():
-            search = services.start_search(idea=idea, user=user)
-            orchestrator.enqueue_search(search)
         out.append(search)
     return out
 

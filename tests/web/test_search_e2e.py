@@ -9,11 +9,11 @@ import time
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import transaction
 
 from kernels.protocol import events_key
 from searches import orchestrator, services
 from searches.models import Search, Trial
+from tests.web.domain import queue_search
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,24 +22,15 @@ def _search(settings, redis_url, max_trials=3) -> Search:
     settings.REDIS_URL = redis_url
     user = get_user_model().objects.create_user("eng", password="pw")
     services.grant_role(user=user, role="engineers")
-    idea = services.create_idea(
-        author=user,
+    return queue_search(
+        user,
         title="softmax knobs",
         description="tune the seed",
-        problem="softmax",
         target_kinds=["interpret"],
-        proposer="tuner",
-        sketch_source="",
         prohibitions="",
         max_trials=max_trials,
-        max_gpu_minutes=30,
         max_wall_minutes=30,
-        max_tokens=None,
     )
-    with transaction.atomic():
-        search = services.start_search(idea=idea, user=user)
-        orchestrator.enqueue_search(search)
-    return search
 
 
 def _wait(search: Search, until, timeout: float = 300.0) -> Search:
