@@ -135,7 +135,7 @@ class Kernel:
         self._cache: dict[tuple, tuple[Callable[..., Any], dict[str, Any] | None, str]] = {}
         self._modules: dict[str, Any] = {}
         self._compiled: _Compiled | None = None  # torch.compile of the reference, made lazily
-        self._kinds: dict[tuple[str, int | None], str | None] = {}
+        self._kinds: dict[int, str | None] = {}  # device index -> GPU kind
         self._lock = threading.Lock()
         self._id = id(self)
         _BY_ID[self._id] = self
@@ -200,13 +200,15 @@ class Kernel:
     # -- choosing -------------------------------------------------------------------------------
 
     def _kind(self, device: int) -> str | None:
-        """The GPU kind of a device index (`Tensor.get_device()`: -1 is the CPU)."""
+        """The GPU kind of a device index (`Tensor.get_device()`: -1 is the CPU; an index on a
+        machine without CUDA is another accelerator, which no release was validated on)."""
         if device not in self._kinds:
             kind = None
             if device >= 0:
                 import torch
 
-                kind = gpu_kind(torch.cuda.get_device_name(device))
+                if torch.cuda.is_available():
+                    kind = gpu_kind(torch.cuda.get_device_name(device))
             elif os.environ.get("TRITON_INTERPRET") == "1":
                 kind = INTERPRET
             self._kinds[device] = kind

@@ -12,10 +12,10 @@ from library import selectors, services
 
 def review_panel(trial: Any) -> str:
     """The panel's HTML (the trial page shows it through `searches.hooks`)."""
-    return render_to_string("library/partials/review_status.html", review_status(trial))
+    return render_to_string("library/partials/review_status.html", _context(trial))
 
 
-def review_status(trial: Any) -> dict[str, Any]:
+def _context(trial: Any) -> dict[str, Any]:
     status = selectors.review_status(trial)
     review = status.get("review")
     if review is not None:

@@ -308,12 +308,8 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap) -> tuple[bool, 
     _sync(device)
     bad = describe_output(out1, a, device, dtype)
     if bad:
-        return False, {
-            "t": "verified",
-            "i": i,
-            "outputs": {},
-            "facts": {"problems": bad, "kind": "malformed"},
-        }
+        facts = {"problems": bad, "kind": "malformed"}
+        return False, {"t": "verified", "i": i, "outputs": {}, "facts": facts}
     if any(_overlaps(out1, x) for x in a):
         probs.append("output aliases an input (shares its storage)")
     if any(not _same_bits(x, y) for x, y in zip(a, saved, strict=True)):

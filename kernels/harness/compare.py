@@ -49,10 +49,10 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict
         bad = (d > atol_t + tol["rtol"] * rf.abs()) | nonfinite_bad
         return bad, nonfinite_bad, d
 
-    zero = torch.zeros((), dtype=torch.float64, device=dev)
     n_bad_t = torch.zeros((), dtype=torch.int64, device=dev)
     n_nonfinite_t = torch.zeros((), dtype=torch.int64, device=dev)
-    diff_sq_t, max_abs_t = zero.clone(), zero.clone()
+    diff_sq_t = torch.zeros((), dtype=torch.float64, device=dev)
+    max_abs_t = torch.zeros((), dtype=torch.float64, device=dev)
     for s in range(0, n, CHUNK):
         bad, nonfinite_bad, d = bad_of(s)
         n_bad_t += bad.sum()
@@ -61,21 +61,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict
         if d.numel():
             max_abs_t = torch.maximum(max_abs_t, d.max())
         del bad, nonfinite_bad, d
-    ref_sq_f, rms, n_bad_f, n_nonfinite_f, diff_sq, max_abs = (
-        torch.stack(
-            [
-                ref_sq,
-                rms_t,
-                n_bad_t.to(torch.float64),
-                n_nonfinite_t.to(torch.float64),
-                diff_sq_t,
-                max_abs_t,
-            ]
-        )
-        .cpu()
-        .tolist()
-    )
-    ref_sq, n_bad, n_nonfinite = ref_sq_f, int(n_bad_f), int(n_nonfinite_f)
+    totals = [ref_sq, rms_t, n_bad_t.double(), n_nonfinite_t.double(), diff_sq_t, max_abs_t]
+    ref_sq_h, rms, n_bad_h, n_nonfinite_h, diff_sq, max_abs = torch.stack(totals).tolist()
+    n_bad, n_nonfinite = int(n_bad_h), int(n_nonfinite_h)
     first_bad: int | None = None
     bad_rows: set[int] = set()
     if n_bad:  # a failing output only: where, which rows (a third pass)
@@ -87,7 +75,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict
                 if len(bad_rows) < 1_000_000:
                     bad_rows.update(((idx + s) // row_len).unique().tolist())
 
-    ref_norm = ref_sq**0.5
+    ref_norm = ref_sq_h**0.5
     rel_l2 = diff_sq**0.5 / ref_norm if ref_norm > 0 else max_abs
     res = {
         "max_abs_err": max_abs,
