@@ -124,31 +124,33 @@ class Tuner:
         started = time.perf_counter()
         tried: list[Tried] = []
         # In proposal order, judged from the head; `jobs` bounds those still running, so a slow
-        # evaluation at the head does not stop the next ones from starting.
+        # evaluation at the head does not stop the next ones from starting. Whatever has finished
+        # at the head is judged before the next proposal, so with one job every proposal sees
+        # every earlier result, however fast the evaluation returns (the sequence for a seed is
+        # then the same from run to run).
         order: deque[tuple[Proposal, int, Future]] = deque()
         with ThreadPoolExecutor(self.jobs) as pool:
             while True:
-                while (
+                while order and order[0][2].done():
+                    proposal, at, future = order.popleft()
+                    record = self._trial(proposal, future.result())
+                    tried[at] = Tried(
+                        proposal.knob_values, record["geomean_ms"], record["status"] == FAILED
+                    )
+                if (
                     sum(1 for _, _, f in order if not f.done()) < self.jobs
                     and len(tried) < self.trials
                     and not self._out_of_time(started)
                 ):
                     proposal = self.proposer.next(tried)
-                    if proposal is None:
-                        break
-                    tried.append(Tried(proposal.knob_values, None, False, pending=True))
-                    at = len(tried) - 1
-                    order.append((proposal, at, pool.submit(self._timed_evaluate, proposal)))
+                    if proposal is not None:
+                        tried.append(Tried(proposal.knob_values, None, False, pending=True))
+                        at = len(tried) - 1
+                        order.append((proposal, at, pool.submit(self._timed_evaluate, proposal)))
+                        continue
                 if not order:
                     break
-                if not order[0][2].done():
-                    wait([f for _, _, f in order if not f.done()], return_when=FIRST_COMPLETED)
-                    continue
-                proposal, at, future = order.popleft()
-                record = self._trial(proposal, future.result())
-                tried[at] = Tried(
-                    proposal.knob_values, record["geomean_ms"], record["status"] == FAILED
-                )
+                wait([f for _, _, f in order if not f.done()], return_when=FIRST_COMPLETED)
         screening_minutes = (time.perf_counter() - started) / 60
         table, table_sources = self._table()
         return self._result(screening_minutes, (time.perf_counter() - started) / 60, table,

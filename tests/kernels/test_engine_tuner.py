@@ -602,3 +602,23 @@ def test_evaluations_stay_in_flight_across_verdicts():
     # the fourth starts once the first is judged, while the second still runs, and so do the
     # next ones: a slow evaluation at the head of the order holds up only its own verdict
     assert {4, 5, 6} <= state["started_while_slow"]
+
+
+def test_with_one_job_every_proposal_sees_every_earlier_result() -> None:
+    # An evaluation that returns at once must still be judged before the next proposal: if
+    # the tuner proposed while a finished result waited to be judged, the sequence for a seed
+    # would depend on thread timing.
+    tuner = Tuner(FIVE_BY_SIX, trials=30, evaluate=Evaluator(cost=bowl_ms), seed=7,
+                  retime=Retimer(cost=bowl_ms))  # fmt: skip
+    propose = tuner.proposer.next
+    pending_seen: list[int] = []
+
+    def watched(tried):
+        pending_seen.append(sum(1 for t in tried if t.pending))
+        return propose(tried)
+
+    tuner.proposer.next = watched
+    tuner.run()
+
+    assert len(pending_seen) >= 30
+    assert set(pending_seen) == {0}
