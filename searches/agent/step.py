@@ -89,9 +89,18 @@ class TokenStream:
 @contextlib.contextmanager
 def keep_lease(renew: Callable[[], bool] | None) -> Iterator[threading.Event]:
     """Renew the search's lease from a thread while the model writes; the event is set if the
-    lease is lost (another loop took over), which aborts the reply between chunks."""
+    lease is lost (another loop took over), which aborts the reply between chunks.
+
+    The first renewal is made on entry: building the prompt on a loaded machine can outlast
+    the lease, and a reply asked for after it ran out would be thrown away when the thread
+    first renewed (the reply's tokens spent, and another loop asking again)."""
     lost = threading.Event()
     stop = threading.Event()
+    try:
+        if renew is not None and not renew():
+            lost.set()
+    except Exception:  # Redis blips: the thread's renewals try again
+        log.debug("lease renewal failed", exc_info=True)
 
     def run() -> None:
         while not stop.wait(RENEW_S):
@@ -203,7 +212,15 @@ def propose(
     enqueue: Callable[[Trial], None],
     renew: Callable[[], bool] | None = None,
 ) -> Trial | None:
-    """Ask the model once, record what it wrote as a trial (failed `malformed` when unusable)."""
+    """Ask the model once, record what it wrote as a trial (failed `malformed` when unusable).
+    The search's lease is kept from building the prompt to recording the reply."""
+    with keep_lease(renew) as lost:
+        return _propose(search, kind, enqueue=enqueue, lost=lost)
+
+
+def _propose(
+    search: Search, kind: str, *, enqueue: Callable[[Trial], None], lost: threading.Event
+) -> Trial | None:
     search = Search.objects.select_related("idea", "incumbent").get(pk=search.pk)
     idea = search.idea
     try:
@@ -229,6 +246,9 @@ def propose(
             return None
         reply_cap = min(reply_cap, left)
 
+    if lost.is_set():  # another loop may drive the search now: it asks the model
+        log.info("search %s: lease lost before the model was asked", search.pk)
+        return None
     step = search.trials.filter(proposer__startswith=LLM_PREFIX).count() + 1
     stream = TokenStream(search.pk, f"llm step {step}")
     stream.write(f"\n--- {endpoint.model}: proposal {step} ---\n")
@@ -250,16 +270,15 @@ def propose(
                 lost.set()
 
     try:
-        with keep_lease(renew) as lost:
-            done = llm.complete(
-                endpoint,
-                assembled.messages,
-                limits=limits(reply_cap),
-                on_delta=delta,
-                on_retry=retrying,
-                cancelled=lost,
-                wanted=lambda: _running(search.pk),
-            )
+        done = llm.complete(
+            endpoint,
+            assembled.messages,
+            limits=limits(reply_cap),
+            on_delta=delta,
+            on_retry=retrying,
+            cancelled=lost,
+            wanted=lambda: _running(search.pk),
+        )
     except llm.LeaseLost:
         stream.write("\n[stopped]\n")
         stream.flush()

@@ -239,3 +239,26 @@ def test_stopping_the_search_ends_a_reply_being_written(engineer, llm_server, mo
     assert step.propose(search, "interpret", enqueue=lambda t: None) is None
     search.refresh_from_db()
     assert search.trials.count() == 0 and search.tokens > 0  # the spent tokens still count
+
+
+def test_keeping_the_lease_renews_it_at_once():
+    renewals: list[int] = []
+    with step.keep_lease(lambda: renewals.append(1) or True) as lost:
+        assert renewals == [1] and not lost.is_set()  # before the thread's first interval
+    with step.keep_lease(lambda: False) as lost:
+        assert lost.is_set()
+
+
+def test_a_lease_lost_while_the_prompt_was_built_asks_the_model_nothing(engineer, llm_server):
+    # On a loaded machine building the prompt outlasted the lease; the model was asked anyway
+    # and its reply thrown away at the first renewal, so the next loop met the endpoint's next
+    # (failing) reply instead.
+    llm_server.script.add(Step(reply=fenced(GOOD)))
+    search = llm_search(engineer)
+    assert step.propose(search, "interpret", enqueue=lambda t: None, renew=lambda: False) is None
+    assert llm_server.requests == []
+    search.refresh_from_db()
+    assert search.trials.count() == 0 and search.tokens == 0 and search.is_active
+    # the next loop, holding the lease, gets the reply that waited
+    [trial] = _fill(search)
+    assert trial.source == GOOD.rstrip() + "\n"
