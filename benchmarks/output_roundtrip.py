@@ -46,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from kernels.harness import device as devinfo
     from kernels.harness import verdict
     from kernels.harness.childrun import write_tensor
+    from kernels.harness.sandbox import _scratch_root
 
     device = args.device
     if device == "auto":
@@ -59,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         if device == "cuda":
             torch.cuda.synchronize()
 
-    root = Path(tempfile.mkdtemp(prefix="autoweb-roundtrip-", dir=_scratch()))
+    # Where the harness puts a sandbox's directory, and so its output files.
+    root = Path(tempfile.mkdtemp(prefix="autoweb-roundtrip-", dir=_scratch_root()))
     rows = []
     for mib in sizes:
         out = torch.randn(mib * 2**19, dtype=torch.bfloat16, device=device).reshape(-1, 4096)
@@ -91,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     root.rmdir()
     result = {
         "device": torch.cuda.get_device_name() if device == "cuda" else _cpu_name(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
+        "versions": devinfo.versions(),
         "repeats": args.repeats,
         "scratch": str(root.parent),
         "rows": rows,
@@ -111,12 +113,6 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.machine()
-
-
-def _scratch() -> str:
-    from kernels.harness.sandbox import _scratch_root
-
-    return _scratch_root()
 
 
 if __name__ == "__main__":

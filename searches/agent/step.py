@@ -88,28 +88,32 @@ class TokenStream:
 
 @contextlib.contextmanager
 def keep_lease(renew: Callable[[], bool] | None) -> Iterator[threading.Event]:
-    """Renew the search's lease from a thread while the model writes; the event is set if the
-    lease is lost (another loop took over), which aborts the reply between chunks.
+    """Renew the search's lease from a thread while the block runs (the prompt built, the
+    model's reply); the event is set if the lease is lost (another loop took over), which
+    keeps the model from being asked or aborts its reply between chunks.
 
     The first renewal is made on entry: building the prompt on a loaded machine can outlast
     the lease, and a reply asked for after it ran out would be thrown away when the thread
     first renewed (the reply's tokens spent, and another loop asking again)."""
     lost = threading.Event()
     stop = threading.Event()
-    try:
-        if renew is not None and not renew():
-            lost.set()
-    except Exception:  # Redis blips: the thread's renewals try again
-        log.debug("lease renewal failed", exc_info=True)
+
+    def renewed() -> bool:
+        """False only when the lease is known to be lost."""
+        try:
+            return renew is None or renew()
+        except Exception:  # Redis blips: the next renewal tries again
+            log.debug("lease renewal failed", exc_info=True)
+            return True
 
     def run() -> None:
         while not stop.wait(RENEW_S):
-            try:
-                if renew is not None and not renew():
-                    lost.set()
-                    return
-            except Exception:  # Redis blips: the next renewal tries again
-                log.debug("lease renewal failed", exc_info=True)
+            if not renewed():
+                lost.set()
+                return
+
+    if not renewed():
+        lost.set()
 
     thread = threading.Thread(target=run, name="agent-lease", daemon=True)
     thread.start()
