@@ -239,7 +239,16 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def write_tensor(t: torch.Tensor, out_dir: Path, tag: str) -> dict:
-    host = t.detach().contiguous().cpu()
+    t = t.detach()
+    if t.is_cuda:
+        # Through page-locked memory: a pageable copy from the device goes through the driver's
+        # bounce buffer at a fraction of the link's speed, seconds a sweep of large outputs
+        # while this process holds the GPU; the caching host allocator keeps the block for the
+        # next output.
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        host.copy_(t)
+    else:
+        host = t.contiguous()
     path = out_dir / f"{tag}.bin"
     host.reshape(-1).view(torch.uint8).numpy().tofile(path)
     return {
