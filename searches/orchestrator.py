@@ -3,7 +3,7 @@
 The web side of the engine (`kernels.engine`): the tuner's proposals come from its knob
 proposer, verdicts from its judge (through `searches.services`). A screening win waits in
 `confirming` for an interleaved re-time against the incumbent (a `confirm_job` on the same GPU
-kind, one at a time per search) before it is kept; a stopping search has its best trials and
+kind, one at a time per search, the fastest claim first) before it is kept; a stopping search has its best trials and
 the baselines timed together (a `table_job`) for its per-shape dispatch table.
 
 Runs on the `search` RQ queue (a Django-aware worker; its lease, slices and queue come from
@@ -60,6 +60,12 @@ IN_FLIGHT = Trial.IN_FLIGHT
 
 def job_id_for(trial: Trial, attempt: int) -> str:
     return f"autoweb-trial-{trial.pk}-a{attempt}"
+
+
+def confirmation_order(trial: Trial) -> tuple[bool, float, int]:
+    """Which waiting screening win is re-timed first: the fastest on its screening numbers."""
+    ms = trial.geomean_ms
+    return (ms is None, ms if ms is not None else 0.0, trial.index)
 
 
 def confirm_job_id(trial: Trial, attempt: int) -> str:
@@ -245,16 +251,19 @@ class Loop:
         # Stopping with no worker of its kind online: nothing would take a new job.
         stranded = search.status == Search.Status.STOPPING and not self.kind_online(kind)
         StartedJobRegistry(queue=queue).cleanup()  # jobs of dead workers become "failed"
-        confirming = False
-        for trial in search.trials.filter(status__in=IN_FLIGHT).order_by("index"):
-            if trial.status == Trial.Status.CONFIRMING and not trial.job_id:
-                # One confirmation at a time per search, oldest trial first: each is judged
-                # against the incumbent the one before it may have replaced.
-                if not confirming and not stranded:
-                    self.enqueue_confirmation(trial, kind)
-                    confirming = True
+        in_flight = list(search.trials.filter(status__in=IN_FLIGHT).order_by("index"))
+        waiting = [t for t in in_flight if t.status == Trial.Status.CONFIRMING and not t.job_id]
+        confirming = any(t.status == Trial.Status.CONFIRMING and t.job_id for t in in_flight)
+        if waiting and not confirming and not stranded:
+            # One confirmation at a time per search, each against the incumbent the one before
+            # it may have replaced; the fastest claim first: once it is kept, the claims that
+            # do not beat it are reverted on their screening numbers, with no re-time.
+            for trial in sorted(waiting, key=confirmation_order):
+                if self.enqueue_confirmation(trial, kind):
+                    break
+        for trial in in_flight:
+            if any(trial is w for w in waiting):  # judged above, or waiting its turn
                 continue
-            confirming = confirming or trial.status == Trial.Status.CONFIRMING
             if trial.status == Trial.Status.PROPOSED or not trial.job_id:
                 if not stranded:
                     self.enqueue(trial, kind, attempt=trial.attempts + 1)
@@ -327,13 +336,23 @@ class Loop:
 
     # -- confirmations and the table ------------------------------------------------------------
 
-    def enqueue_confirmation(self, trial: Trial, kind: str) -> None:
-        """Re-time a screening win against the incumbent it beat, interleaved on one GPU."""
+    def enqueue_confirmation(self, trial: Trial, kind: str) -> bool:
+        """Re-time a screening win against the incumbent it beat, interleaved on one GPU.
+        False when no re-time was queued: the win did not hold against the current incumbent."""
         confirmation = trial.confirmation or {}
         against = Trial.objects.filter(pk=confirmation.get("against")).first()
-        if against is None:  # the incumbent is gone: screen again against the current one
+        incumbent = Search.objects.filter(pk=trial.search_id).values_list("incumbent_id", flat=True)
+        if against is None or against.pk != incumbent.first():
+            # The incumbent it beat was replaced (or is gone): a re-time against it would say
+            # nothing, so it is screened again against the current one, with no GPU job.
             self.record_confirmation(trial, None)
-            return
+            trial.refresh_from_db()
+            if trial.status != Trial.Status.CONFIRMING:
+                return False
+            confirmation = trial.confirmation or {}
+            against = Trial.objects.filter(pk=confirmation.get("against")).first()
+            if against is None:
+                return False
         attempt = int(confirmation.get("attempts") or 0) + 1
         job_id = confirm_job_id(trial, attempt)
         kwargs = {
@@ -357,6 +376,7 @@ class Loop:
 
             transaction.on_commit(go)
         live.trial_changed(trial)
+        return True
 
     def record_confirmation(self, trial: Trial, result: Any) -> None:
         trial = services.record_confirmation(trial=trial, report=result)
