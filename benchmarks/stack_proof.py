@@ -11,6 +11,9 @@ whether any trial was lost or evaluated twice. Optionally SIGKILLs one worker mi
         --trials 16 --release var/library                 # then approve, re-validate, export
     python benchmarks/stack_proof.py --device cuda --problems rmsnorm,swiglu,rope \
         --sketches tests/fixtures/honest --trials 12 --release var/library   # from sketches
+    python benchmarks/stack_proof.py --device cuda --problems-dir benchmarks/user_problems \
+        --problems token_logprobs --sketches benchmarks/user_problems/seeds --searches 2 \
+        --trials 60                                       # a user's problem, from its seed
 
 With `--release DIR`, once the searches end, a reviewer approves every incumbent that is in the
 review queue (over the shape range it was measured on), the workers re-validate it as they
@@ -297,8 +300,17 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=None,
         metavar="DIR",
-        help="an engineer's structural sketch per problem, DIR/<problem>_tuned.py where present "
-        "(e.g. tests/fixtures/honest): the idea's start instead of the built-in seed",
+        help="an engineer's structural sketch per problem, DIR/<problem>_tuned.py or else "
+        "DIR/<problem>.py where present (e.g. tests/fixtures/honest): the idea's start instead "
+        "of the built-in seed",
+    )
+    ap.add_argument(
+        "--problems-dir",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="users' problem modules (AUTOWEB_PROBLEM_DIRS for this script and the app)",
     )
     ap.add_argument("--trials", type=int, default=8, help="trial budget per search")
     ap.add_argument(
@@ -330,6 +342,13 @@ def main(argv: list[str] | None = None) -> int:
         "--keep-db", type=Path, default=None, metavar="PATH", help="copy the database file here"
     )
     args = ap.parse_args(argv)
+    for d in args.problems_dir:
+        if not d.is_dir():
+            ap.error(f"--problems-dir {d}: no such directory")
+    if args.problems_dir:
+        os.environ["AUTOWEB_PROBLEM_DIRS"] = os.pathsep.join(
+            str(d.resolve()) for d in args.problems_dir
+        )
 
     tmp = Path(tempfile.mkdtemp(prefix="autoweb-stack-"))
     db = tmp / "stack.sqlite3"
@@ -372,7 +391,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.searches:
             names = [names[i % len(names)] for i in range(args.searches)]
         for n_search, name in enumerate(names, 1):
-            sketch = args.sketches / f"{name}_tuned.py" if args.sketches else None
+            sketch = None
+            if args.sketches:
+                sketch = args.sketches / f"{name}_tuned.py"
+                if not sketch.exists():
+                    sketch = args.sketches / f"{name}.py"
             idea = services.create_idea(
                 author=user,
                 title=f"stack proof {n_search}: {name} knobs",
