@@ -3,8 +3,9 @@
 The web side of the engine (`kernels.engine`): the tuner's proposals come from its knob
 proposer, verdicts from its judge (through `searches.services`). A screening win waits in
 `confirming` for an interleaved re-time against the incumbent (a `confirm_job` on the same GPU
-kind, one at a time per search, the fastest claim first) before it is kept; a stopping search has its best trials and
-the baselines timed together (a `table_job`) for its per-shape dispatch table.
+kind, one at a time per search, the fastest claim first) before it is kept; a stopping search
+has its best trials and the baselines timed together (a `table_job`) for its per-shape
+dispatch table.
 
 Runs on the `search` RQ queue (a Django-aware worker; its lease, slices and queue come from
 `core.control`). Everything it needs is derived from the
