@@ -15,7 +15,6 @@ them from the problem registry.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -32,9 +31,7 @@ def find_source(sketch: str, sha: str) -> tuple[str, dict] | None:
     """The knob setting of `sketch` whose rewritten source has sha256 `sha`, and that source."""
     if source_sha256(sketch) == sha:
         return sketch, {}
-    found = knobs.parse_knobs(sketch)
-    for values in itertools.product(*(k.choices for k in found)):
-        setting = dict(zip((k.name for k in found), values, strict=True))
+    for setting in knobs.settings(knobs.parse_knobs(sketch)):
         text = knobs.rewrite(sketch, setting)
         if source_sha256(text) == sha:
             return text, setting
@@ -43,7 +40,10 @@ def find_source(sketch: str, sha: str) -> tuple[str, dict] | None:
 
 def rebuild(manifest_path: Path, sketches: Path, out: Path) -> list[dict]:
     """Write the library directory; returns what each release was rebuilt from."""
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{manifest_path}: not a readable JSON manifest: {e}") from e
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise SystemExit(f"{manifest_path} is not a format-{FORMAT} autoweb library manifest")
     files: dict[str, str] = {}
@@ -77,12 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sketches", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    if not args.manifest.is_file():
-        ap.error(f"{args.manifest}: no such file")
-    try:
-        json.loads(args.manifest.read_text())
-    except json.JSONDecodeError as e:
-        ap.error(f"{args.manifest} is not JSON: {e}")
     for row in rebuild(args.manifest, args.sketches, args.out):
         print(f"release {row['id']} {row['problem']}: {row['from']} with {row['knobs']}")
     return 0

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import ast
 import io
+import itertools
 import json
 import math
 import re
 import tokenize
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 KnobValue = int | float | bool | str
@@ -83,6 +84,13 @@ def rewrite(source: str, values: Mapping[str, object]) -> str:
 def space_size(knobs: Iterable[Knob]) -> int:
     """Number of configurations: the product of each knob's choice count."""
     return math.prod(len(knob.choices) for knob in knobs)
+
+
+def settings(knobs: Iterable[Knob]) -> Iterator[dict[str, KnobValue]]:
+    """Every configuration of `knobs`, in lexical order of their choices."""
+    found = list(knobs)
+    for values in itertools.product(*(k.choices for k in found)):
+        yield dict(zip((k.name for k in found), values, strict=True))
 
 
 def config_key(values: Mapping[str, object]) -> str:

@@ -19,9 +19,8 @@ under another name) counts as tried, and the reason is the caller's to show.
 
 from __future__ import annotations
 
-import itertools
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +28,15 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from kernels.knobs import Knob, KnobValue, config_key, parse_knobs, rewrite, space_size
+from kernels.knobs import (
+    Knob,
+    KnobValue,
+    config_key,
+    parse_knobs,
+    rewrite,
+    settings,
+    space_size,
+)
 
 EXHAUSTIVE = "exhaustive"
 MODEL_BASED = "space-filling + TPE"
@@ -96,10 +103,8 @@ class KnobProposer:
         return np.array(out, dtype=float)
 
     def _pool(self) -> list[dict[str, KnobValue]]:
-        names = [k.name for k in self.knobs]
         if self.size <= ENUMERATE_LIMIT:
-            combos: Iterator = itertools.product(*(k.choices for k in self.knobs))
-            return [dict(zip(names, c, strict=True)) for c in combos]
+            return list(settings(self.knobs))
         rng = random.Random(self.seed)
         seen: dict[str, dict[str, KnobValue]] = {}
         while len(seen) < ENUMERATE_LIMIT:

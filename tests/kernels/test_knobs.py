@@ -5,7 +5,15 @@ from pathlib import Path
 import pytest
 
 import kernels
-from kernels.knobs import Knob, KnobError, config_key, parse_knobs, rewrite, space_size
+from kernels.knobs import (
+    Knob,
+    KnobError,
+    config_key,
+    parse_knobs,
+    rewrite,
+    settings,
+    space_size,
+)
 
 SEEDS = Path(kernels.__file__).parent / "seeds"
 SOFTMAX = (SEEDS / "softmax.py").read_text()
@@ -191,3 +199,11 @@ def test_config_key_is_canonical_and_type_exact() -> None:
     assert config_key({"A": 1, "B": "x"}) == config_key({"B": "x", "A": 1})
     assert len({config_key({"A": v}) for v in (1, 1.0, True, "1")}) == 4
     assert config_key({"A": 1, "B": 2}) != config_key({"A": 2, "B": 1})
+
+
+def test_settings_lists_every_configuration_once_in_lexical_order() -> None:
+    found = parse_knobs("A = 1  # tune: 1, 2\nB = 'x'  # tune: 'x', 'y', 'z'\n")
+    every = list(settings(found))
+    assert len(every) == space_size(found) == 6
+    assert every[:2] == [{"A": 1, "B": "x"}, {"A": 1, "B": "y"}] and every[-1] == {"A": 2, "B": "z"}
+    assert len({config_key(v) for v in every}) == 6
