@@ -346,14 +346,11 @@ class Loop:
         if against is None or against.pk != incumbent.first():
             # The incumbent it beat was replaced (or is gone): a re-time against it would say
             # nothing, so it is screened again against the current one, with no GPU job.
+            # Still a win, it then waits against the current incumbent and is re-timed so.
             self.record_confirmation(trial, None)
             trial.refresh_from_db()
-            if trial.status != Trial.Status.CONFIRMING:
-                return False
-            confirmation = trial.confirmation or {}
-            against = Trial.objects.filter(pk=confirmation.get("against")).first()
-            if against is None:
-                return False
+            still = trial.status == Trial.Status.CONFIRMING
+            return still and self.enqueue_confirmation(trial, kind)
         attempt = int(confirmation.get("attempts") or 0) + 1
         job_id = confirm_job_id(trial, attempt)
         kwargs = {

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks import ROOT, run_script
+
 HONEST = ROOT / "tests" / "fixtures" / "honest"
 pytestmark = pytest.mark.slow
 
@@ -49,13 +49,7 @@ def library(root: Path, rmsnorm_source: str) -> Path:
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "benchmarks/model_block.py", "--smoke", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return run_script("model_block.py", "--smoke", *args, timeout=900)
 
 
 def test_the_smoke_run_reports_which_ops_ran_a_release_and_which_fell_back(tmp_path):

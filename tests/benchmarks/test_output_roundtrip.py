@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks import run_script
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "benchmarks/output_roundtrip.py", "--device", "cpu", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_script("output_roundtrip.py", "--device", "cpu", *args)
 
 
 def test_it_times_each_step_for_each_size(tmp_path: Path) -> None:

@@ -5,32 +5,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from kernels import library
 from kernels.protocol import source_sha256
+from tests.benchmarks import ROOT, run_script
 
-ROOT = Path(__file__).resolve().parents[2]
 RUN_C = ROOT / "docs/benchmarks/model/library-manifest-2026-12-04-c.json"
 SKETCHES = ROOT / "tests/fixtures/honest"
 
 
 def rebuild(manifest: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/rebuild_library.py",
-            str(manifest),
-            "--sketches",
-            str(SKETCHES),
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return run_script(
+        "rebuild_library.py", str(manifest), "--sketches", str(SKETCHES), "--out", str(out)
     )
 
 

@@ -31,9 +31,11 @@ def _reconcile(search: Search, conn) -> None:
     loop.reconcile(Search.objects.get(pk=search.pk), "h200")
 
 
-def _finish_retime(trial: Trial, pair: list[dict]) -> Trial:
-    """The re-time's job finished: recorded as `reconcile` records it, and off the queue."""
+def _retime_done(conn, trial: Trial, incumbent_ms: float, challenger_ms: float) -> Trial:
+    """A worker took the queued re-time and it finished: recorded as `reconcile` records it."""
+    conn.delete(rq_queue(queue_name("h200"), conn).key)
     trial.refresh_from_db()
+    pair = [{"geomean_ms": ms, "noise": 0.01} for ms in (incumbent_ms, challenger_ms)]
     services.record_confirmation(trial=trial, report=pair)
     trial.refresh_from_db()
     return trial
@@ -66,11 +68,7 @@ def test_the_fastest_waiting_claim_is_re_timed_first_and_only_one_at_a_time(sear
 def test_claims_the_kept_one_beats_are_reverted_without_a_re_time(search, claims):
     conn, first, (t2, t3, t4) = claims
     _reconcile(search, conn)
-    conn.delete(rq_queue(queue_name("h200"), conn).key)
-    t3 = _finish_retime(
-        t3, [{"geomean_ms": 0.50, "noise": 0.01}, {"geomean_ms": 0.30, "noise": 0.01}]
-    )
-    assert t3.status == T.KEPT
+    assert _retime_done(conn, t3, 0.50, 0.30).status == T.KEPT
 
     _reconcile(search, conn)
 
@@ -85,18 +83,11 @@ def test_claims_the_kept_one_beats_are_reverted_without_a_re_time(search, claims
 def test_a_claim_that_still_wins_against_the_new_incumbent_is_re_timed_against_it(search, claims):
     conn, first, (t2, t3, t4) = claims
     _reconcile(search, conn)
-    conn.delete(rq_queue(queue_name("h200"), conn).key)
     # Trial 3's re-time refutes it; trial 4 (0.40 ms) is next, kept at 0.40 ms.
-    t3 = _finish_retime(
-        t3, [{"geomean_ms": 0.50, "noise": 0.01}, {"geomean_ms": 0.49, "noise": 0.01}]
-    )
-    assert t3.status == T.REVERTED
+    assert _retime_done(conn, t3, 0.50, 0.49).status == T.REVERTED
     _reconcile(search, conn)
     assert _confirm_jobs(conn) == [f"autoweb-confirm-{t4.pk}-vs{first.pk}-a1"]
-    conn.delete(rq_queue(queue_name("h200"), conn).key)
-    t4 = _finish_retime(
-        t4, [{"geomean_ms": 0.50, "noise": 0.01}, {"geomean_ms": 0.40, "noise": 0.01}]
-    )
+    t4 = _retime_done(conn, t4, 0.50, 0.40)
     assert t4.status == T.KEPT
     # A faster claim waits against trial 1, which trial 4 replaced: screened again against
     # trial 4 it still wins, so it is re-timed against trial 4, not trial 1.
