@@ -447,16 +447,30 @@ class GpuLock:
     Every acquisition first passes a turnstile (a second flock, held only while waiting), and a
     writer holds it until it has the GPU: readers that come after a waiting writer queue behind
     it, readers already in keep the GPU until they are done.
+
+    Timing phases go back to back: a writer announces itself on a third file (shared, from
+    asking until it lets go), and a reader first waits until no writer is announced. So readers
+    drain from the GPU once for a run of timing phases rather than once before each of them;
+    a reader waits for the timing phases queued when it asked, never for ever, since every
+    writer lets go once it has timed.
     """
 
     def __init__(self, key: str, shared: bool = False) -> None:
         safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in key)
         self.path = Path(tempfile.gettempdir()) / f"autoweb-gpu-{safe}.lock"
         self.turnstile = self.path.with_suffix(".turnstile")
+        self.writers = self.path.with_suffix(".writers")
         self.shared = shared
         self._fh = None
+        self._announced = None
 
     def acquire(self) -> GpuLock:
+        if self.shared:
+            with open(self.writers, "a") as announced:
+                fcntl.flock(announced, fcntl.LOCK_EX)  # granted once no writer is announced
+        else:
+            self._announced = open(self.writers, "a")  # noqa: SIM115 - held until released
+            fcntl.flock(self._announced, fcntl.LOCK_SH)
         with open(self.turnstile, "a") as gate:
             fcntl.flock(gate, fcntl.LOCK_EX)
             self._fh = open(self.path, "a")  # noqa: SIM115 - held for the lock's lifetime
@@ -468,6 +482,10 @@ class GpuLock:
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
+        if self._announced is not None:
+            fcntl.flock(self._announced, fcntl.LOCK_UN)
+            self._announced.close()
+            self._announced = None
 
     def __enter__(self) -> GpuLock:
         return self.acquire()

@@ -266,6 +266,7 @@ def lock_key() -> Iterator[str]:
     yield key
     GpuLock(key).path.unlink(missing_ok=True)
     GpuLock(key).turnstile.unlink(missing_ok=True)
+    GpuLock(key).writers.unlink(missing_ok=True)
 
 
 def _acquire_in_thread(lock: GpuLock) -> threading.Event:
@@ -338,6 +339,42 @@ def test_a_waiting_writer_goes_before_readers_that_come_after_it(lock_key: str) 
         first.release()
         writer.release()
         late.release()
+
+
+def test_timing_phases_go_back_to_back_before_a_waiting_reader(lock_key: str) -> None:
+    # A reader waiting while one writer times must not slip in between it and the next writer:
+    # each reader let in would have to leave again before that writer could time, so the GPU
+    # would drain once per timing phase instead of once per run of them.
+    first = GpuLock(lock_key).acquire()
+    reader = GpuLock(lock_key, shared=True)
+    second = GpuLock(lock_key)
+    try:
+        reader_got = _acquire_in_thread(reader)
+        time.sleep(0.3)  # the reader is waiting now
+        second_got = _acquire_in_thread(second)
+        time.sleep(0.3)  # and the second writer too
+
+        first.release()
+        assert second_got.wait(5)
+        assert not reader_got.wait(0.5)
+        second.release()
+        assert reader_got.wait(5)
+    finally:
+        first.release()
+        second.release()
+        reader.release()
+
+
+def test_a_reader_is_not_held_once_the_writers_let_go(lock_key: str) -> None:
+    writer = GpuLock(lock_key).acquire()
+    writer.release()
+    writer.acquire()
+    writer.release()
+    reader = GpuLock(lock_key, shared=True)
+    try:
+        assert _acquire_in_thread(reader).wait(5)
+    finally:
+        reader.release()
 
 
 def test_the_lock_works_as_a_context_manager(lock_key: str) -> None:
