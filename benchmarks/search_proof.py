@@ -68,6 +68,47 @@ def configs(source: str, n: int) -> list[str]:
     return out
 
 
+class HostLoad:
+    """The host's CPU use, sampled once a second while a phase runs: whether the evaluations in
+    flight wait for the cores (sandboxed children, compiles, this process) or for the GPU."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        psutil.cpu_percent(None)
+        while not self._stop.wait(1.0):
+            self.samples.append(psutil.cpu_percent(None))
+
+    def __enter__(self) -> HostLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        import psutil
+
+        xs = sorted(self.samples)
+        return {
+            "cores": psutil.cpu_count(),
+            "samples": len(xs),
+            "median_percent": xs[len(xs) // 2] if xs else None,
+            "max_percent": xs[-1] if xs else None,
+        }
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    return round(xs[len(xs) // 2], 3) if xs else None
+
+
 def rate(sources: list[str], jobs: int, ev) -> dict:
     """Evaluate the sources with `jobs` in flight; evaluations per minute of wall clock, over
     the whole run and in the steady state (between the first and the last `jobs` finishing,
@@ -81,7 +122,7 @@ def rate(sources: list[str], jobs: int, ev) -> dict:
             done_at.append(time.perf_counter() - t0)
         return report
 
-    with ThreadPoolExecutor(jobs) as pool:
+    with HostLoad() as load, ThreadPoolExecutor(jobs) as pool:
         reports = list(pool.map(one, sources))
     minutes = (time.perf_counter() - t0) / 60
     done_at.sort()
@@ -101,6 +142,12 @@ def rate(sources: list[str], jobs: int, ev) -> dict:
         "failures": sorted({r["failure"] for r in reports if r["failure"]}),
         "seconds_each": seconds,
         "timelines": [r.get("timeline") for r in reports],
+        "gpu_wait": [r.get("gpu_wait") for r in reports],
+        "median_gpu_wait": {
+            k: _median([(r.get("gpu_wait") or {}).get(k) for r in reports])
+            for k in ("shared_s", "exclusive_s", "holds")
+        },
+        "host_cpu": load.summary(),
         "shape_ms": [[sh.get("candidate_ms") for sh in r.get("shapes", [])] for r in reports],
         "reasons": [r["reasons"][:2] for r in reports],
         "baselines": [
@@ -188,6 +235,8 @@ def main() -> int:
                 "evaluations per minute; steady state",
                 out["after"]["steady_per_minute"],
             )
+            log("median wait for the GPU lock:", out["after"]["median_gpu_wait"])
+            log("host CPU:", out["after"]["host_cpu"])
             save()
         # 4. the tune from the seed
         if args.trials:

@@ -394,6 +394,8 @@ def run(
         torch.cuda.empty_cache()
     out = report()
     out["sandbox_dir"] = str(child.dir)
+    if run_.pdev == "cuda":
+        out["gpu_wait"] = pump.gpu_wait()
     out["sandbox"] = {
         "network_isolated": sandbox.network_isolation_available(),
         "filesystem_confined": bool(child.confined.get("filesystem")),
@@ -424,6 +426,10 @@ class _Pump:
     # reference and comparison kernels on the GPU while the child times the next shape.
     timed: list[dict] = field(default_factory=list)
     t_start: float = field(default_factory=time.monotonic)
+    # Seconds spent waiting for the GPU lock, per kind of hold, and how many holds were taken:
+    # what an evaluation in flight beside others loses to them (the report's `gpu_wait`).
+    waited: dict[str, float] = field(default_factory=lambda: {"shared_s": 0.0, "exclusive_s": 0.0})
+    holds: int = 0
 
     @property
     def out_root(self) -> Path:
@@ -467,7 +473,16 @@ class _Pump:
 
     def take_gpu_shared(self) -> None:
         if self.lock is None:
-            self.lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
+            self.take_gpu(shared=True)
+
+    def take_gpu(self, shared: bool) -> None:
+        asked = time.monotonic()
+        self.lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared).acquire()
+        self.waited["shared_s" if shared else "exclusive_s"] += time.monotonic() - asked
+        self.holds += 1
+
+    def gpu_wait(self) -> dict:
+        return {**{k: round(v, 3) for k, v in self.waited.items()}, "holds": self.holds}
 
     def share_gpu_and_verify_timed(self) -> None:
         # The exclusive phase is over. Outputs bitwise equal to the verified ones need no
@@ -504,7 +519,7 @@ class _Pump:
         go = not self.run.failures
         if go:
             self.release_gpu()
-            self.lock = sandbox.GpuLock(sandbox.gpu_key()).acquire()
+            self.take_gpu(shared=False)
         self.child.send({"go": go})
         return False
 

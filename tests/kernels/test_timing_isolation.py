@@ -53,3 +53,8 @@ def test_a_screened_candidate_shares_the_gpu_one_shape_at_a_time(
     # (After the exclusive hold come only the checks of the timed outputs, and a re-measure
     # of the baselines should the canary have drifted.)
     assert holds.index("exclusive") == 2 * n, holds
+    # The report counts the holds its caller took (a re-measure of the baselines takes its own)
+    # and the time it waited for them.
+    wait = report["gpu_wait"]
+    assert 2 * n + 1 <= wait["holds"] <= len(holds), (wait, holds)
+    assert wait["shared_s"] >= 0 and wait["exclusive_s"] >= 0, wait
