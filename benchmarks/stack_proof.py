@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import http.cookiejar
+import itertools
 import json
 import os
 import re
@@ -206,6 +207,60 @@ def _where_time_went(trials) -> dict:
     return {
         "baseline_sources": sources,
         "timeline_median_s": {n: round(statistics.median(v), 3) for n, v in phases.items()},
+    }
+
+
+def worker_use(conn, kind: str, n_workers: int, t0: float, t1: float) -> dict:
+    """How the GPU workers spent the window [t0, t1] (epoch seconds), from RQ's own record of
+    every job they finished or failed (evaluations, re-times, tables): the fraction of the
+    workers' time spent running jobs, the seconds from one job's end to the same worker's next
+    start, and the seconds jobs waited in the queue. Idle workers with jobs waiting would mean
+    the orchestration, not the GPU, bounds the trials per minute."""
+    from rq.exceptions import NoSuchJobError
+    from rq.registry import FailedJobRegistry, FinishedJobRegistry
+
+    from kernels.protocol import queue_name
+    from kernels.queues import fetch_job, rq_queue
+
+    q = rq_queue(queue_name(kind), conn)
+    ids = FinishedJobRegistry(queue=q).get_job_ids() + FailedJobRegistry(queue=q).get_job_ids()
+    runs: dict[str, list[tuple[float, float]]] = {}
+    waits: list[float] = []
+    for job_id in ids:
+        try:
+            job = fetch_job(job_id, conn)
+        except NoSuchJobError:
+            continue
+        if not (job.started_at and job.ended_at and job.worker_name):
+            continue
+        start, end = job.started_at.timestamp(), job.ended_at.timestamp()
+        runs.setdefault(job.worker_name, []).append((start, end))
+        if job.enqueued_at and t0 <= start <= t1:
+            waits.append(start - job.enqueued_at.timestamp())
+    busy = 0.0
+    gaps: list[float] = []
+    for spans in runs.values():
+        spans.sort()
+        busy += sum(max(0.0, min(end, t1) - max(start, t0)) for start, end in spans)
+        gaps += [b[0] - a[1] for a, b in itertools.pairwise(spans) if t0 <= a[1] and b[0] <= t1]
+
+    def quantiles(xs: list[float]) -> dict:
+        xs = sorted(xs)
+        if not xs:
+            return {"n": 0}
+        return {
+            "n": len(xs),
+            "median": round(xs[len(xs) // 2], 3),
+            "p90": round(xs[int(0.9 * (len(xs) - 1))], 3),
+            "max": round(xs[-1], 3),
+        }
+
+    window = max(t1 - t0, 1e-9)
+    return {
+        "jobs": sum(len(v) for v in runs.values()),
+        "busy_fraction": round(busy / (max(n_workers, 1) * window), 3),
+        "gap_between_jobs_s": quantiles(gaps),
+        "queue_wait_s": quantiles(waits),
     }
 
 
@@ -508,6 +563,17 @@ def main(argv: list[str] | None = None) -> int:
             trials_per_min=(len(terminal) / wall * 60) if wall else None,
             eval_s_median=statistics.median(durations) if durations else None,
             gpu_seconds=sum(t.gpu_seconds for t in trials),
+            workers_in_window=(
+                worker_use(
+                    conn,
+                    kind,
+                    len(app.worker_names),
+                    min(started).timestamp(),
+                    max(finished).timestamp(),
+                )
+                if finished
+                else None
+            ),
             killed=killed,
             since_start_s=time.time() - t_start,
         )
