@@ -188,6 +188,24 @@ def test_the_runtime_defences_reject_it_without_static_checks(
     assert mention.lower() in " ".join(report["reasons"]).lower(), report["reasons"]
 
 
+@pytest.mark.gpu
+def test_work_left_on_a_side_stream_is_caught_at_run_time_too() -> None:
+    # Without the static check, the run-time defences: the output seen changing after the
+    # calling stream finished (when the side kernel is still running then), or the CUDA-graph
+    # replay, which does not contain the side stream's work.
+    report = evaluate(
+        "softmax",
+        (EXPLOITS / "side_stream.py").read_text(),
+        device="cuda",
+        tier="smoke",
+        skip_static_checks=True,
+    )
+
+    assert report["verdict"] == "rejected"
+    assert report["failure"] == "hack_suspected", report["reasons"]
+    assert _mentions(report, ("side stream", "cuda-graph")), report["reasons"]
+
+
 def test_restricted_builtins_stop_eval_without_static_checks() -> None:
     report = evaluate(
         "softmax",
