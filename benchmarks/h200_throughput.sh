@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Both throughput figures of docs/benchmarks/search.md in one GPU call, on the user's problem in
+# benchmarks/user_problems: screening evaluations per GPU-minute (search_proof.py: the baselines
+# measured once, then THROUGHPUT distinct configurations of the seed, JOBS in flight), then the
+# whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two tuner searches from
+# the seed for a WINDOW-second window). `nvidia-smi dmon` samples the GPU each second during each.
+# Writes under $1 (default: ./out). Needs redis-server on PATH for the stack.
+# Env: JOBS (12), THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (210),
+# STACK_TIMEOUT (340).
+set -u
+OUT=${1:-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/env.txt"
+python3 -c "import torch,triton;print('torch',torch.__version__,'triton',triton.__version__)" \
+  | tee -a "$OUT/env.txt"
+git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/env.txt"
+
+sample_gpu() {
+  nvidia-smi dmon -s u -d 1 > "$OUT/dmon-$1.txt" 2>&1 &
+  DMON=$!
+}
+
+sample_gpu search
+timeout "${SEARCH_TIMEOUT:-210}" python3 benchmarks/search_proof.py --out "$OUT/search.json" \
+  --problems-dir benchmarks/user_problems --problem token_logprobs --jobs "${JOBS:-12}" \
+  --before 0 --throughput "${THROUGHPUT:-96}" --trials 0 > "$OUT/search.log" 2>&1
+echo "search_proof exit $?"
+kill "$DMON" 2>/dev/null
+tail -6 "$OUT/search.log"
+
+sample_gpu stack
+timeout "${STACK_TIMEOUT:-340}" python3 benchmarks/stack_proof.py --device cuda --warm-baselines \
+  --workers "${WORKERS:-8}" --problems-dir benchmarks/user_problems --problems token_logprobs \
+  --sketches benchmarks/user_problems/seeds --searches 2 --trials 60 \
+  --timeout "${WINDOW:-140}" --out "$OUT/stack.json" > "$OUT/stack.log" 2>&1
+echo "stack_proof exit $?"
+kill "$DMON" 2>/dev/null
+grep -E '"(trials_per_min|wall_s|terminal|eval_s_median|busy_fraction|timed_out)"' "$OUT/stack.log"
