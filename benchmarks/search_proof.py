@@ -245,8 +245,12 @@ def main() -> int:
                 seed,
                 trials=args.trials,
                 evaluate=lambda s: evaluate(problem, s, baselines=cache, **common),
-                retime=(lambda srcs: retime(problem, srcs, **common)) if gpu else None,
-                together=(lambda srcs: time_together(problem, srcs, **common)) if gpu else None,
+                retime=(lambda srcs: retime(problem, srcs, baselines=cache, **common))
+                if gpu
+                else None,
+                together=(lambda srcs: time_together(problem, srcs, baselines=cache, **common))
+                if gpu
+                else None,
                 jobs=args.jobs,
                 max_minutes=args.tune_minutes,
                 on_trial=lambda r: log(f"[{r['index']:3d}]", r["description"]),

@@ -211,10 +211,10 @@ def cmd_tune(args) -> int:
             return evaluate(problem, src, baselines=cache, rel_ci=args.rel_ci, **common)
 
         def rt(srcs: list[str]) -> list[dict]:
-            return retime(problem, srcs, **common)
+            return retime(problem, srcs, baselines=cache, **common)
 
         def together(srcs: list[str]) -> dict:
-            return time_together(problem, srcs, **common)
+            return time_together(problem, srcs, baselines=cache, **common)
 
         def on_trial(rec) -> None:
             print(f"[{rec['index']:3d}] {rec['description']}", flush=True)

@@ -106,13 +106,22 @@ def evaluate_job(
     return json.loads(json.dumps(report, default=str))  # plain JSON for RQ's serializer
 
 
-def _baselines_for(conn: redis.Redis) -> BaselineCache | None:
+def _baselines_for(conn: redis.Redis | None) -> BaselineCache | None:
     global _baselines
     if (_device or devmod.resolve("auto")) != "cuda":
         return None
     if _baselines is None:
         _baselines = BaselineCache(redis=conn)
     return _baselines
+
+
+def _cached_baselines() -> BaselineCache | None:
+    """The cache for a re-time or a table job: each shape is timed in its baselines' mode, as
+    the screening was, and prepared while the GPU is shared (`evaluation.time_together`)."""
+    from rq import get_current_job
+
+    job = get_current_job()
+    return _baselines_for(job.connection if job is not None else None)
 
 
 def confirm_job(
@@ -135,7 +144,14 @@ def confirm_job(
             return {"error": str(e)}
         dev = _device or devmod.resolve("auto")
         out = retime(
-            prob, sources, device=dev, tier=tier, timeout_s=timeout_s, budget_s=budget_s, pool=_pool
+            prob,
+            sources,
+            device=dev,
+            tier=tier,
+            timeout_s=timeout_s,
+            budget_s=budget_s,
+            pool=_pool,
+            baselines=_cached_baselines(),
         )
     return json.loads(json.dumps(out, default=str))
 
@@ -158,7 +174,14 @@ def table_job(
             return {"error": str(e)}
         dev = _device or devmod.resolve("auto")
         out = time_together(
-            prob, sources, device=dev, tier=tier, timeout_s=timeout_s, budget_s=budget_s, pool=_pool
+            prob,
+            sources,
+            device=dev,
+            tier=tier,
+            timeout_s=timeout_s,
+            budget_s=budget_s,
+            pool=_pool,
+            baselines=_cached_baselines(),
         )
     return json.loads(json.dumps(out, default=str))
 

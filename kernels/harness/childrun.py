@@ -711,9 +711,11 @@ def run(spec: dict, send, recv) -> None:
         send(t="progress", phase="compiling_baselines")
         cache.update(precompile_baseline(problem, shapes, spec))
     prepared: list[Prepared] = []
-    if timed and spec.get("timing") == "screen" and verified:
-        # Screening: inputs, warm-up and graph capture for every shape now, while the GPU is
-        # shared, so the exclusive phase below is samples only.
+    if timed and verified and (spec.get("timing") == "screen" or spec.get("modes")):
+        # Screening, or timing told each shape's mode by the caller: inputs, warm-up and graph
+        # capture for every shape now, while the GPU is shared, so the exclusive phase below is
+        # samples only. (Without the modes, each shape's is chosen from quick timings, which
+        # are taken in the exclusive phase: other processes' kernels would distort them.)
         send(t="progress", phase="preparing")
         for i, s in enumerate(shapes):
             if not next_shape():

@@ -165,6 +165,22 @@ def _screen(
     return report
 
 
+def cached_modes(
+    problem: problems.Problem, shapes: list[dict], cache: bl.BaselineCache
+) -> dict[str, str] | None:
+    """{shape index: "graph" | "events"}: the timing mode each shape's baselines were measured
+    in on this GPU, or None unless the cache holds every shape. A mode chosen from quick timings
+    taken while other processes use the GPU could be wrong; the cached one was chosen in a
+    clean sandbox, and it is the one the candidates were screened in."""
+    dev = "cuda"
+    dtype = str(problem.dtype(dev)).replace("torch.", "")
+    fields = bl.key_fields(problem, devmod.info(dev), dtype)
+    entries = cache.get(fields, [problems.shape_label(s) for s in shapes])
+    if not entries or any(e.get("mode") not in ("graph", "events") for e in entries):
+        return None
+    return {str(i): e["mode"] for i, e in enumerate(entries)}
+
+
 def measure_baselines(
     problem: problems.Problem,
     shapes: list[dict],
@@ -222,24 +238,35 @@ def time_together(
     budget_s: float = 0.5,
     pool: sandbox.Pool | None = None,
     compiled: bool = True,
+    baselines: bl.BaselineCache | None = None,
 ) -> dict:
     """Time several accepted candidates and the baselines interleaved in one sandboxed process,
     shape by shape (what confirmations and the per-shape table are built from). Outputs
     produced while timed are verified again; a candidate wrong on a shape is not `passed` there.
 
+    With `baselines` (the cache screening used) holding every shape, each shape is timed in the
+    mode its baselines were (CUDA graphs or events), as the screening was, and is prepared
+    while the GPU is shared: the exclusive phase is then samples only (`cached_modes`).
+
     Returns {"labels", "shapes", "kernels": per source a list per shape of {"median", "spread",
     "passed"}, "baselines": per shape {"eager", "compiled"}, "verdict", "reasons"}.
     """
+    problem = problems.load(problem) if isinstance(problem, str) else problem
+    dev = devmod.resolve(device)
+    modes = None
+    if baselines is not None and dev == "cuda":
+        modes = cached_modes(problem, list(shapes or problem.shapes(tier)), baselines)
     request = request_for(
         problem,
         sources,
-        device=device,
+        device=dev,
         tier=tier,
         shapes=tuple(shapes) if shapes else None,
         timeout_s=timeout_s,
         budget_s=budget_s,
         baselines_compiled=compiled,
         verify=False,
+        extra={"modes": modes} if modes else {},
     )
     rep = run(request, pool=pool)
     ok = rep["verdict"] == "accepted"
@@ -277,8 +304,10 @@ def retime(
     timeout_s: float | None = None,
     budget_s: float = 0.5,
     pool: sandbox.Pool | None = None,
+    baselines: bl.BaselineCache | None = None,
 ) -> list[dict]:
-    """Re-time several accepted candidates interleaved in one sandboxed process.
+    """Re-time several accepted candidates interleaved in one sandboxed process (each shape in
+    its cached baselines' timing mode when `baselines` has them all: `time_together`).
 
     Returns per source {"geomean_ms", "noise", "shapes_ms"}; outputs produced while timed are
     verified again. A source whose timed outputs are wrong gets geomean_ms None.
@@ -293,6 +322,7 @@ def retime(
         budget_s=budget_s,
         pool=pool,
         compiled=False,
+        baselines=baselines,
     )
     out = []
     for per in together["kernels"]:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels.harness import evaluate, sandbox
+from kernels import problems
+from kernels.harness import evaluate, retime, sandbox
 from kernels.harness.baselines import BaselineCache
 
 SEED = (Path(__file__).resolve().parents[2] / "kernels" / "seeds" / "softmax.py").read_text()
@@ -26,21 +27,27 @@ def test_timed_outputs_are_verified_after_the_exclusive_timing_phase() -> None:
     assert report["checks"]["timed_outputs"]["passed"] is True
 
 
+@pytest.fixture
+def holds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every hold of the GPU lock this process takes, in order: "shared" or "exclusive"."""
+    taken: list[str] = []
+    acquire = sandbox.GpuLock.acquire
+
+    def counted(self: sandbox.GpuLock) -> sandbox.GpuLock:
+        taken.append("shared" if self.shared else "exclusive")
+        return acquire(self)
+
+    monkeypatch.setattr(sandbox.GpuLock, "acquire", counted)
+    return taken
+
+
 @pytest.mark.gpu
 def test_a_screened_candidate_shares_the_gpu_one_shape_at_a_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, holds: list[str]
 ) -> None:
     # Each shared hold covers one shape: verifying n shapes and preparing n shapes asks for the
     # GPU 2n times before the one exclusive hold, so a timing phase waiting at the turnstile
     # waits for at most one shape of this candidate, never for all of them.
-    holds: list[str] = []
-    acquire = sandbox.GpuLock.acquire
-
-    def counted(self: sandbox.GpuLock) -> sandbox.GpuLock:
-        holds.append("shared" if self.shared else "exclusive")
-        return acquire(self)
-
-    monkeypatch.setattr(sandbox.GpuLock, "acquire", counted)
     cache = BaselineCache(tmp_path)
     evaluate("softmax", SEED, device="cuda", tier="smoke", baselines=cache)  # measures them
     holds.clear()
@@ -58,3 +65,28 @@ def test_a_screened_candidate_shares_the_gpu_one_shape_at_a_time(
     wait = report["gpu_wait"]
     assert 2 * n + 1 <= wait["holds"] <= len(holds), (wait, holds)
     assert wait["shared_s"] >= 0 and wait["exclusive_s"] >= 0, wait
+
+
+@pytest.mark.gpu
+def test_a_retime_in_the_cached_modes_prepares_while_the_gpu_is_shared(
+    tmp_path: Path, holds: list[str]
+) -> None:
+    # With the screening's cache, a re-time knows each shape's timing mode: its inputs, warm-up
+    # and graph capture happen under one shared hold per shape, and the exclusive hold is
+    # samples only. Without it, the modes are chosen from quick timings inside the exclusive
+    # hold, where no other process's kernels distort them.
+    cache = BaselineCache(tmp_path)
+    evaluate("softmax", SEED, device="cuda", tier="smoke", baselines=cache)  # measures them
+    n = len(problems.load("softmax").shapes("smoke"))
+    holds.clear()
+
+    cached = retime("softmax", [SEED, SEED], device="cuda", tier="smoke", baselines=cache)
+
+    assert all(r["geomean_ms"] for r in cached), cached
+    assert holds.index("exclusive") == 1 + n, holds  # the first shared hold, then one per shape
+    holds.clear()
+
+    plain = retime("softmax", [SEED, SEED], device="cuda", tier="smoke")
+
+    assert all(r["geomean_ms"] for r in plain), plain
+    assert holds.index("exclusive") == 1, holds
