@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import optuna
 from optuna.distributions import CategoricalDistribution
-from optuna.trial import TrialState, create_trial
+from optuna.trial import create_trial
 
 from kernels.knobs import (
     Knob,
@@ -157,17 +157,18 @@ class KnobProposer:
                 seed=self.seed + len(tried), n_startup_trials=min(self.startup, 10)
             )
             study = optuna.create_study(direction="minimize", sampler=sampler)
-            for t in tried:
-                if t.pending or t.skipped or not self._fits(t.values):
-                    continue
-                if t.failed:
-                    study.add_trial(
-                        create_trial(params=t.values, distributions=dists, state=TrialState.FAIL)
-                    )
-                else:
-                    # Untimed runs (the CPU interpreter) all tie: TPE learns nothing from them.
-                    value = t.geomean_ms if t.geomean_ms is not None else 0.0
-                    study.add_trial(create_trial(params=t.values, distributions=dists, value=value))
+            known = [t for t in tried if not (t.pending or t.skipped) and self._fits(t.values)]
+            # A failed configuration (wrong, crashed, over the compile budget) is worse than any
+            # that ran: it goes in as slower than the slowest, so TPE's density of bad
+            # configurations covers its neighbourhood. Added as FAIL, TPE would ignore it and
+            # keep proposing next to it, as eagerly as next to the good ones it resembles.
+            measured = [t.geomean_ms for t in known if not t.failed and t.geomean_ms is not None]
+            worst = 2.0 * max(measured) if measured else 1.0
+            for t in known:
+                # Untimed runs (the CPU interpreter) all tie: TPE learns nothing from them.
+                ran = t.geomean_ms if t.geomean_ms is not None else 0.0
+                value = worst if t.failed else ran
+                study.add_trial(create_trial(params=t.values, distributions=dists, value=value))
             for _ in range(32):
                 trial = study.ask(dists)
                 values = {k.name: trial.params[k.name] for k in self.knobs}
