@@ -113,7 +113,11 @@ class KnobProposer:
         return list(seen.values())
 
     def _farthest(self, tried: Sequence[Tried], seen: set[str]) -> dict[str, KnobValue] | None:
-        """The untried configuration farthest from everything tried (ties: first in the pool)."""
+        """The untried configuration farthest from everything tried (ties: first in the pool).
+
+        Those one knob away from a failed configuration come last: they often fail the same
+        way (a block too large for one warp to compile within the budget, whatever the stage
+        count), and a compile that runs out its budget holds a slot for a minute."""
         pool = [v for v in self._pool() if config_key(v) not in seen]
         if not pool:
             return None
@@ -123,6 +127,12 @@ class KnobProposer:
         dist = np.full(len(pool), np.inf)
         for t in tried:
             dist = np.minimum(dist, ((points - self._point(t.values)) ** 2).sum(axis=1))
+        failed = [self._point(t.values) for t in tried if t.failed]
+        if failed:
+            differ = (points[:, None, :] != np.stack(failed)[None, :, :]).sum(axis=2)
+            beside = (differ <= 1).any(axis=1)
+            if not beside.all():
+                dist = np.where(beside, -1.0, dist)
         return pool[int(np.argmax(dist))]
 
     # -- proposing ----------------------------------------------------------------------------

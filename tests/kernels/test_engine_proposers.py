@@ -115,3 +115,31 @@ def test_no_knobs_proposes_the_source_once_and_bad_annotations_raise() -> None:
     assert plain.next([Tried({}, 1.0, False)]) is None
     with pytest.raises(KnobError):
         KnobProposer("A = 3  # tune: 1, 2\n")
+
+
+def test_configurations_one_knob_away_from_a_failure_come_last() -> None:
+    # The user's token_logprobs seed: BLOCK_V=16384 with one warp runs out the 60 s compile
+    # budget whatever the stage count. Once one of the four has failed, the other three wait
+    # until everything not one knob away from a failure has been tried, so a search cut short
+    # by time spends no more minutes on them (in plain space-filling order they were the 1st,
+    # 5th, 26th and 42nd proposals after the start).
+    source = (
+        "BLOCK_V = 1024  # tune: 512, 1024, 2048, 4096, 8192, 16384\n"
+        "NUM_WARPS = 4  # tune: 1, 2, 4, 8, 16\n"
+        "NUM_STAGES = 1  # tune: 1, 2, 3, 4\n"
+    )
+
+    def fails(values: dict) -> bool:
+        return values["BLOCK_V"] == 16384 and values["NUM_WARPS"] == 1
+
+    proposer = KnobProposer(source, budget=120)
+    tried: list[Tried] = []
+    while (proposal := proposer.next(tried)) is not None:
+        failed = fails(proposal.knob_values)
+        tried.append(Tried(proposal.knob_values, None if failed else 1.0, failed))
+
+    assert len(tried) == 120
+    at = [i for i, t in enumerate(tried) if t.failed]
+    assert len(at) == 4
+    # Each failure has 12 neighbours one knob away; the last three failures are among them.
+    assert all(i >= 120 - 12 for i in at[1:]), at
