@@ -5,8 +5,8 @@
 # whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two tuner searches from
 # the seed for a WINDOW-second window). `nvidia-smi dmon` samples the GPU each second during each.
 # Writes under $1 (default: ./out). Needs redis-server on PATH for the stack.
-# Env: JOBS (12), THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (210),
-# STACK_TIMEOUT (340).
+# Env: PARTS ("search stack": either or both), JOBS (12), THROUGHPUT (96), WORKERS (8),
+# WINDOW (140), SEARCH_TIMEOUT (200), STACK_TIMEOUT (320).
 set -u
 OUT=${1:-out}
 mkdir -p "$OUT"
@@ -21,19 +21,23 @@ sample_gpu() {
   DMON=$!
 }
 
-sample_gpu search
-timeout "${SEARCH_TIMEOUT:-210}" python3 benchmarks/search_proof.py --out "$OUT/search.json" \
-  --problems-dir benchmarks/user_problems --problem token_logprobs --jobs "${JOBS:-12}" \
-  --before 0 --throughput "${THROUGHPUT:-96}" --trials 0 > "$OUT/search.log" 2>&1
-echo "search_proof exit $?"
-kill "$DMON" 2>/dev/null
-tail -6 "$OUT/search.log"
+if [[ " ${PARTS:-search stack} " == *" search "* ]]; then
+  sample_gpu search
+  timeout "${SEARCH_TIMEOUT:-200}" python3 benchmarks/search_proof.py --out "$OUT/search.json" \
+    --problems-dir benchmarks/user_problems --problem token_logprobs --jobs "${JOBS:-12}" \
+    --before 0 --throughput "${THROUGHPUT:-96}" --trials 0 > "$OUT/search.log" 2>&1
+  echo "search_proof exit $?"
+  kill "$DMON" 2>/dev/null
+  tail -6 "$OUT/search.log"
+fi
 
-sample_gpu stack
-timeout "${STACK_TIMEOUT:-340}" python3 benchmarks/stack_proof.py --device cuda --warm-baselines \
-  --workers "${WORKERS:-8}" --problems-dir benchmarks/user_problems --problems token_logprobs \
-  --sketches benchmarks/user_problems/seeds --searches 2 --trials 60 \
-  --timeout "${WINDOW:-140}" --out "$OUT/stack.json" > "$OUT/stack.log" 2>&1
-echo "stack_proof exit $?"
-kill "$DMON" 2>/dev/null
-grep -E '"(trials_per_min|wall_s|terminal|eval_s_median|busy_fraction|timed_out)"' "$OUT/stack.log"
+if [[ " ${PARTS:-search stack} " == *" stack "* ]]; then
+  sample_gpu stack
+  timeout "${STACK_TIMEOUT:-320}" python3 benchmarks/stack_proof.py --device cuda --warm-baselines \
+    --workers "${WORKERS:-8}" --problems-dir benchmarks/user_problems --problems token_logprobs \
+    --sketches benchmarks/user_problems/seeds --searches 2 --trials 60 \
+    --timeout "${WINDOW:-140}" --out "$OUT/stack.json" > "$OUT/stack.log" 2>&1
+  echo "stack_proof exit $?"
+  kill "$DMON" 2>/dev/null
+  grep -E '"(trials_per_min|wall_s|terminal|eval_s_median|busy_fraction|timed_out)"' "$OUT/stack.log"
+fi
