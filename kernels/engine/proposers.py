@@ -82,14 +82,15 @@ class KnobProposer:
             self.why = (
                 f"the budget ({'unbounded' if budget is None else budget}) covers all "
                 f"{self.size} configurations: each is tried once, the start first, then in a "
-                "space-filling order"
+                "space-filling order (those one knob away from a failed one last)"
             )
         else:
             self.strategy = MODEL_BASED
             self.startup = min(MAX_STARTUP, max(4, budget // 4), budget)
             self.why = (
                 f"the budget ({budget}) is below the {self.size} configurations: the start and "
-                f"{self.startup - 1} space-filling picks, then optuna TPE on the results"
+                f"{self.startup - 1} space-filling picks, then optuna TPE on the results "
+                "(a failed configuration counts as slower than any that ran)"
             )
 
     # -- the space as points ------------------------------------------------------------------
