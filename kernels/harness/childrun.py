@@ -232,10 +232,21 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
 
 
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.equal(
-        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
-    )
+def _same_bits(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[bool]:
+    """Per pair, whether both tensors hold the same bytes. One wait for the device for all of
+    them (torch.equal waits once per pair: on a GPU shared by a dozen processes each wait is
+    behind their work)."""
+    flags = []
+    for a, b in pairs:
+        a = a.contiguous().reshape(-1).view(torch.uint8)
+        b = b.contiguous().reshape(-1).view(torch.uint8)
+        if a.numel() != b.numel() or a.device != b.device:
+            flags.append(torch.zeros((), dtype=torch.bool, device=a.device))
+        else:
+            flags.append((a == b).all())
+    if not flags:
+        return []
+    return [bool(f) for f in torch.stack([f.to(flags[0].device) for f in flags]).tolist()]
 
 
 def write_tensor(t: torch.Tensor, out_dir: Path, tag: str) -> dict:
@@ -333,11 +344,13 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap) -> tuple[bool, 
     _sync(device)
     if any(_overlaps(out1, x) for x in a):
         probs.append("output aliases an input (shares its storage)")
-    if any(not _same_bits(x, y) for x, y in zip(a, saved, strict=True)):
+    pairs = list(zip(a, saved, strict=True)) + ([(early, out1)] if early is not None else [])
+    same = _same_bits(pairs)
+    if not all(same[: len(a)]):
         probs.append("candidate mutated an input")
-    if early is not None and not _same_bits(early, out1):
+    if early is not None and not same[-1]:
         probs.append("output changed after the calling stream finished (work on a side stream)")
-    del early
+    del early, pairs
     outputs["first"] = write_tensor(out1, out_dir, "first")
 
     fresh = problem.make_inputs(shape, dtype, tdev, seeds["second"])
@@ -352,7 +365,7 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap) -> tuple[bool, 
         return False, {"t": "verified", "i": i, "outputs": outputs, "facts": facts}
     if out2 is out1 or _overlaps(out2, out1):
         probs.append("second call returned the first call's buffer (results reused across calls)")
-    if any(not _same_bits(x, y) for x, y in zip(a, saved, strict=True)):
+    if not all(_same_bits(list(zip(a, saved, strict=True)))):
         probs.append("candidate mutated an input")
     outputs["second"] = write_tensor(out2, out_dir, "second")
     del out1, out2
