@@ -115,13 +115,27 @@ def _baselines_for(conn: redis.Redis | None) -> BaselineCache | None:
     return _baselines
 
 
-def _cached_baselines() -> BaselineCache | None:
-    """The cache for a re-time or a table job: each shape is timed in its baselines' mode, as
-    the screening was, and prepared while the GPU is shared (`evaluation.time_together`)."""
+def _timed_together(timer, problem: str, sources: list[str], **kw) -> list[dict] | dict:
+    """A re-time or a table job's body: `timer` (`retime` or `time_together`) on this GPU,
+    with this worker's baseline cache, so each shape is timed in its baselines' mode as the
+    screening was and prepared while the GPU is shared. {"error": ...} for an unknown problem."""
     from rq import get_current_job
 
-    job = get_current_job()
-    return _baselines_for(job.connection if job is not None else None)
+    with _job():
+        try:
+            prob = problems.load(problem)
+        except problems.ProblemError as e:
+            return {"error": str(e)}
+        job = get_current_job()
+        out = timer(
+            prob,
+            sources,
+            device=_device or devmod.resolve("auto"),
+            pool=_pool,
+            baselines=_baselines_for(job.connection if job is not None else None),
+            **kw,
+        )
+    return json.loads(json.dumps(out, default=str))
 
 
 def confirm_job(
@@ -137,23 +151,9 @@ def confirm_job(
     """RQ job: re-time [incumbent, challenger] interleaved in one sandbox on this GPU (the
     confirmation a screening win needs before it is kept). Returns their numbers, or
     {"error": ...} when the problem is unknown."""
-    with _job():
-        try:
-            prob = problems.load(problem)
-        except problems.ProblemError as e:
-            return {"error": str(e)}
-        dev = _device or devmod.resolve("auto")
-        out = retime(
-            prob,
-            sources,
-            device=dev,
-            tier=tier,
-            timeout_s=timeout_s,
-            budget_s=budget_s,
-            pool=_pool,
-            baselines=_cached_baselines(),
-        )
-    return json.loads(json.dumps(out, default=str))
+    return _timed_together(
+        retime, problem, sources, tier=tier, timeout_s=timeout_s, budget_s=budget_s
+    )
 
 
 def table_job(
@@ -167,23 +167,9 @@ def table_job(
 ) -> dict:
     """RQ job: time a search's chosen candidates and both baselines interleaved on every shape,
     in one sandbox on this GPU: what the per-shape dispatch table is built from."""
-    with _job():
-        try:
-            prob = problems.load(problem)
-        except problems.ProblemError as e:
-            return {"error": str(e)}
-        dev = _device or devmod.resolve("auto")
-        out = time_together(
-            prob,
-            sources,
-            device=dev,
-            tier=tier,
-            timeout_s=timeout_s,
-            budget_s=budget_s,
-            pool=_pool,
-            baselines=_cached_baselines(),
-        )
-    return json.loads(json.dumps(out, default=str))
+    return _timed_together(
+        time_together, problem, sources, tier=tier, timeout_s=timeout_s, budget_s=budget_s
+    )
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from kernels.protocol import events_key, queue_name, worker_key
+from kernels.protocol import CONFIRM_JOB, TABLE_JOB, events_key, queue_name, worker_key
 from kernels.queues import online_workers, register, rq_queue
 from tests.conftest import test_redis_url
 
@@ -92,6 +92,25 @@ def test_it_evaluates_queued_jobs_and_streams_progress(redis_url):
     assert any(e.get("of") == 4 for e in events if e["trial"] == 1)
     # a worker that exits deregisters
     assert conn.get(worker_key("test-host:interpret")) is None
+
+
+def test_it_runs_retime_and_table_jobs_and_refuses_an_unknown_problem(redis_url):
+    conn = redis.Redis.from_url(redis_url)
+    q = rq_queue(queue_name("interpret"), conn)
+    kw = {"sources": [SEED, SEED], "tier": "smoke", "search_id": 7}
+    confirm = q.enqueue(CONFIRM_JOB, kwargs={"problem": "softmax", "trial_id": 1, **kw})
+    table = q.enqueue(TABLE_JOB, kwargs={"problem": "softmax", **kw})
+    unknown = q.enqueue(CONFIRM_JOB, kwargs={"problem": "nope", "trial_id": 2, **kw})
+    proc = _run_worker(redis_url)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    # The interpreter times nothing: both sources come back correct and untimed.
+    numbers = confirm.return_value()
+    assert [n["geomean_ms"] for n in numbers] == [None, None], numbers
+    together = table.return_value()
+    assert together["verdict"] == "accepted", together["reasons"]
+    assert len(together["kernels"]) == 2 and len(together["labels"]) == 4
+    assert "nope" in unknown.return_value()["error"]
 
 
 def test_online_workers_are_those_with_a_live_heartbeat(redis_url):
