@@ -237,16 +237,12 @@ def _same_bits(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[bool]:
     them (torch.equal waits once per pair: on a GPU shared by a dozen processes each wait is
     behind their work)."""
     flags = []
-    for a, b in pairs:
+    for a, b in pairs:  # a tensor and its copy: one device (a resized input differs in size)
         a = a.contiguous().reshape(-1).view(torch.uint8)
         b = b.contiguous().reshape(-1).view(torch.uint8)
-        if a.numel() != b.numel() or a.device != b.device:
-            flags.append(torch.zeros((), dtype=torch.bool, device=a.device))
-        else:
-            flags.append((a == b).all())
-    if not flags:
-        return []
-    return [bool(f) for f in torch.stack([f.to(flags[0].device) for f in flags]).tolist()]
+        same = (a == b).all() if a.numel() == b.numel() else torch.zeros((), dtype=torch.bool)
+        flags.append(same.to(a.device))
+    return [bool(f) for f in torch.stack(flags).tolist()] if flags else []
 
 
 def write_tensor(t: torch.Tensor, out_dir: Path, tag: str) -> dict:
