@@ -257,7 +257,7 @@ def worker_use(conn, kind: str, n_workers: int, t0: float, t1: float) -> dict:
 
     window = max(t1 - t0, 1e-9)
     return {
-        "jobs": sum(len(v) for v in runs.values()),
+        "jobs": sum(1 for v in runs.values() for start, end in v if start < t1 and end > t0),
         "busy_fraction": round(busy / (max(n_workers, 1) * window), 3),
         "gap_between_jobs_s": quantiles(gaps),
         "queue_wait_s": quantiles(waits),
