@@ -12,6 +12,7 @@ candidate's process says about correctness is believed.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets
 import statistics
@@ -414,6 +415,14 @@ def run(
             }
         )
         pump.loop()
+        if not request.extra.get("profile"):  # a profiling run observes; it judges nothing
+            rules.require_complete(
+                run_,
+                verified=request.verify,
+                timed=dev == "cuda" and bool(request.extra.get("time", True)),
+                n_cands=len(sources),
+                e2e=bool(request.extra.get("e2e")),
+            )
     except sandbox.SandboxError as e:
         run_.fail("crashed", str(e))
     finally:
@@ -467,7 +476,9 @@ class _Pump:
 
     @property
     def timeout_s(self) -> float:
-        return self.request.timeout_s or DEFAULT_TIMEOUT_S
+        t = self.request.timeout_s
+        # A NaN deadline would never pass: anything but a positive number means the default.
+        return t if isinstance(t, int | float) and math.isfinite(t) and t > 0 else DEFAULT_TIMEOUT_S
 
     def loop(self) -> None:
         deadline = time.monotonic() + self.timeout_s
@@ -492,7 +503,15 @@ class _Pump:
                 (msg.get("phase") or t, round(time.monotonic() - self.t_start, 3))
             )
             handler = HANDLERS.get(t)
-            done = bool(handler and handler(self, msg))
+            try:
+                done = bool(handler and handler(self, msg))
+            except Exception as e:  # the child wrote it: a message of the wrong form
+                self.run.fail(
+                    "crashed",
+                    f"the sandboxed process sent a malformed {t!r} message "
+                    f"({type(e).__name__}: {e})"[:500],
+                )
+                done = True
         if self.timed:  # the child stopped mid-timing: what it did time is still checked
             self.share_gpu_and_verify_timed()
 
@@ -518,7 +537,8 @@ class _Pump:
         # The exclusive phase is over. Outputs bitwise equal to the verified ones need no
         # GPU; only a differing one (a nondeterministic kernel) waits for the GPU, shared.
         self.release_gpu()
-        self.run.need_gpu = self.take_gpu_shared
+        if self.run.pdev == "cuda":
+            self.run.need_gpu = self.take_gpu_shared
         for m in self.timed:
             rules.on_timed(self.run, m, self.out_root, self.dinfo, self.n_sources)
         if self.timed:
@@ -539,6 +559,8 @@ class _Pump:
         return False
 
     def want_gpu(self, msg: dict) -> bool:
+        if self.run.pdev != "cuda":
+            return self._unexpected(msg)
         if msg.get("shared"):
             # Asked again between two shapes: the hold is given up first, so a timing phase
             # waiting at the turnstile goes ahead of this process's next shape.
@@ -554,8 +576,15 @@ class _Pump:
         return False
 
     def timed_msg(self, msg: dict) -> bool:
+        if self.run.pdev != "cuda":
+            return self._unexpected(msg)
         self.timed.append(msg)
         return False
+
+    def _unexpected(self, msg: dict) -> bool:
+        why = f"the sandboxed process sent a {msg.get('t')!r} message: nothing sends it here"
+        self.run.fail("hack_suspected", why)
+        return True
 
     def gpu_done(self, msg: dict) -> bool:
         self.share_gpu_and_verify_timed()

@@ -10,9 +10,11 @@ from __future__ import annotations
 import csv
 import io
 import shutil
+from pathlib import Path
 
 from kernels import problems
 from kernels.harness import evaluate, request_for, run
+from kernels.harness.sandbox import read_own_file
 
 METRICS = {
     "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
@@ -80,12 +82,8 @@ def profile(
     )
     prof = run(request, wrapper=wrapper)
     log = prof.get("notes", [])
-    text = ""
-    from pathlib import Path
-
     p = Path(prof.get("sandbox_dir", "")) / "child.log"
-    if p.exists():
-        text = p.read_text(errors="replace")
+    text = read_own_file(p)
     shutil.rmtree(p.parent, ignore_errors=True)
     report["profile"] = {"tool": "ncu", "kernels": parse_ncu_csv(text), "notes": log[:5]}
     return report

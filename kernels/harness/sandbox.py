@@ -25,6 +25,7 @@ import os
 import queue
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,27 @@ _PASS_ENV = (
     "TORCH_SYMM_MEM_DISABLE_MULTICAST",
     "NVSHMEM_DISABLE_NVLS",
 )
+
+
+# What `Child.next` makes up itself; the same types written by the child are garbage.
+HARNESS_MESSAGES = frozenset({"timeout", "memory", "disk", "eof", "garbage"})
+
+
+def read_own_file(path: Path, tail: int | None = None) -> str:
+    """The text (its last `tail` bytes) of a file in a sandbox's directory, which the child can
+    write: read only if it is still a regular file, never through a symlink it put in its
+    place (to the caller's /proc/self/environ, say) or from a FIFO, which would block."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        if tail is not None and st.st_size > tail:
+            f.seek(st.st_size - tail)
+        return f.read().decode("utf-8", "replace")
 
 
 class SandboxError(RuntimeError):
@@ -204,6 +226,8 @@ class Child:
                     msg = json.loads(line)
                     if not isinstance(msg, dict) or not isinstance(msg.get("t"), str):
                         raise ValueError("not a message")
+                    if msg["t"] in HARNESS_MESSAGES:  # only this side may say so
+                        raise ValueError("a message only the harness makes")
                 except ValueError:
                     msg = {"t": "garbage", "raw": line[:200].decode("utf-8", "replace")}
                 self._msgs.put(msg)
@@ -276,11 +300,7 @@ class Child:
         self.ready = True
 
     def log_tail(self, n: int = 3000) -> str:
-        try:
-            data = self.log_path.read_bytes()
-        except OSError:
-            return ""
-        return data[-n:].decode("utf-8", "replace")
+        return read_own_file(self.log_path, n)
 
     def exit_description(self) -> str:
         rc = self.proc.poll()

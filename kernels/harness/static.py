@@ -8,6 +8,8 @@ run time (restricted builtins and imports), so a rule slipping past the parser s
 from __future__ import annotations
 
 import ast
+import functools
+import types
 from dataclasses import dataclass, field
 
 MAX_SOURCE_BYTES = 256 * 1024
@@ -23,6 +25,54 @@ ALLOWED_IMPORTS = (
 )
 # Submodules of triton.language (libdevice fast math lives in triton.language.extra).
 ALLOWED_IMPORT_PREFIXES = ("triton.language.",)
+# The modules a candidate may reach through attributes (`torch.cuda`, `tl.extra.cuda`). Every
+# module imports others (torch.serialization imports tarfile, whose `bltn_open` is the real
+# `open`), so an attribute path that passes through any other module is rejected: the checker
+# follows each path from an imported name on the real modules, as the candidate would.
+ALLOWED_MODULES = frozenset(
+    {
+        "torch",
+        "torch.cuda",
+        "torch.nn",
+        "torch.nn.functional",
+        "math",
+        "functools",
+        "typing",
+    }
+)
+# In these, only the names listed: the rest of typing and functools evaluates annotation strings
+# as code (typing.get_type_hints, functools.singledispatch) with the real builtins.
+ALLOWED_NAMES = {
+    "typing": frozenset(
+        {
+            "TYPE_CHECKING",
+            "Any",
+            "Callable",
+            "Dict",
+            "Final",
+            "Iterable",
+            "List",
+            "Literal",
+            "Optional",
+            "Sequence",
+            "Tuple",
+            "Union",
+            "cast",
+        }
+    ),
+    "functools": frozenset({"cache", "lru_cache", "partial", "reduce", "wraps"}),
+}
+ALLOWED_MODULE_PREFIXES = ("triton",)  # triton, triton.language and its submodules, but ...
+FORBIDDEN_MODULE_PREFIXES = (  # ... not triton's compiler, runtime, tools or backends
+    "triton.runtime",
+    "triton.compiler",
+    "triton.backends",
+    "triton.tools",
+    "triton.testing",
+    "triton.profiler",
+    "triton.knobs",
+    "triton._",
+)
 
 FORBIDDEN_BUILTINS = frozenset(
     {
@@ -130,6 +180,32 @@ FORBIDDEN_ATTRS = frozenset(
         "urllib",
         "http",
         "requests",
+        # what other modules call the real builtins, and the ways out of torch into numpy
+        "bltns",
+        "bltn_open",
+        "tarfile",
+        "numpy",
+        "from_numpy",
+        "from_dlpack",
+        "to_dlpack",
+        "tolist",
+        "tofile",
+        "fromfile",
+        "frombuffer",
+        "from_file",
+        # the forbidden builtins, reached as attributes of a module that holds them
+        "eval",
+        "exec",
+        "open",
+        "getattr",
+        "setattr",
+        "delattr",
+        "globals",
+        "locals",
+        "vars",
+        "breakpoint",
+        "input",
+        "memoryview",
     }
 )
 # torch / triton namespaces that change global state, time things, launch work on other
@@ -262,10 +338,81 @@ def _import_allowed(mod: str) -> bool:
     return mod in ALLOWED_IMPORTS or mod.startswith(ALLOWED_IMPORT_PREFIXES)
 
 
+def _module_allowed(name: str) -> bool:
+    if name in ALLOWED_MODULES:
+        return True
+    return name.startswith(ALLOWED_MODULE_PREFIXES) and not name.startswith(
+        FORBIDDEN_MODULE_PREFIXES
+    )
+
+
+_UNRESOLVED = object()
+
+
+@functools.cache
+def _dangerous_builtins() -> frozenset[int]:
+    """ids of the forbidden builtins, and of what typing and functools define beyond the
+    allowed names, wherever a module re-exports them."""
+    import builtins
+    import importlib
+    import io
+
+    found = [getattr(builtins, n, None) for n in FORBIDDEN_BUILTINS] + [io.open, builtins]
+    for mod in (importlib.import_module(m) for m in ALLOWED_NAMES):
+        for n in dir(mod):
+            v = getattr(mod, n)
+            if (
+                n not in ALLOWED_NAMES[mod.__name__]
+                and getattr(v, "__module__", None) == mod.__name__
+            ):
+                found.append(v)
+    return frozenset(id(v) for v in found if v is not None)
+
+
+def _resolve(dotted: str) -> object:
+    """The object `dotted` (an allowed module, then attributes) names, by importing the module
+    and following the attributes, importing a submodule where no attribute is found (the
+    sandboxed process may have imported it); _UNRESOLVED when some step does not exist there
+    either (the candidate's own code would fail at that step too)."""
+    import importlib
+
+    parts = dotted.split(".")
+    try:
+        obj = importlib.import_module(parts[0])
+    except Exception:  # no such module, or no name at all (a relative import)
+        return _UNRESOLVED
+    for k, part in enumerate(parts[1:], start=1):
+        try:
+            obj = getattr(obj, part)
+            continue
+        except Exception:
+            pass
+        if not isinstance(obj, types.ModuleType):
+            return _UNRESOLVED
+        try:
+            obj = importlib.import_module(".".join(parts[: k + 1]))
+        except Exception:
+            return _UNRESOLVED
+    return obj
+
+
 def _root_name(node: ast.AST) -> str | None:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None
+
+
+def _module_path(node: ast.AST, module_names: dict[str, str]) -> str | None:
+    """`torch.cuda.empty` for the expression `torch.cuda.empty` (or `tl.load` with `tl` the
+    import name of triton.language: `triton.language.load`); None unless the expression is
+    plain attributes on an imported name."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in module_names:
+        return None
+    return ".".join([module_names[node.id], *reversed(parts)])
 
 
 def _dotted(node: ast.AST) -> str:
@@ -280,6 +427,36 @@ class _Visitor(ast.NodeVisitor):
         self.problems: list[str] = []
         # local name -> the module (or module attribute) it is bound to
         self.module_names: dict[str, str] = {}
+        # nodes that are the object of an attribute access (`torch` in `torch.empty`)
+        self.bases: set[int] = set()
+        self._dangerous = _dangerous_builtins()
+
+    def _reach(self, node: ast.AST, dotted: str, bound: bool = False) -> None:
+        """Reject a path from an imported name that reaches a module outside the allowed ones
+        or a forbidden builtin, or that hands a module to anything but an attribute access
+        (`T = torch` would let `T.<anything>` past these rules). `bound`: a name an import
+        statement binds, which is how a module gets a name."""
+        owner, _, name = dotted.rpartition(".")
+        parent = _resolve(owner) if owner else _UNRESOLVED
+        allowed = ALLOWED_NAMES.get(getattr(parent, "__name__", None) or "")
+        if isinstance(parent, types.ModuleType) and allowed is not None and name not in allowed:
+            listed = ", ".join(sorted(allowed))
+            self._bad(node, f"{dotted} is not allowed (of {parent.__name__}, only: {listed})")
+            return
+        obj = _resolve(dotted)
+        if obj is _UNRESOLVED:
+            return
+        if isinstance(obj, types.ModuleType):
+            if not _module_allowed(obj.__name__):
+                self._bad(node, f"{dotted} is the module {obj.__name__!r}, which is not allowed")
+            elif id(node) not in self.bases and not bound:
+                self._bad(
+                    node,
+                    f"module {dotted} used as a value; only its attributes may be used "
+                    "(import it under a name instead)",
+                )
+        elif id(obj) in self._dangerous:
+            self._bad(node, f"{dotted} is a forbidden builtin")
 
     def _forbidden(self, root: str | None, attr: str) -> bool:
         mod = self.module_names.get(root or "", "")
@@ -322,10 +499,14 @@ class _Visitor(ast.NodeVisitor):
                     or (mod.startswith("triton") and alias.name in FORBIDDEN_TRITON_ATTRS)
                 ):
                     self._bad(node, f"{full} is not allowed")
+                else:
+                    self._reach(node, full, bound=True)
                 self.module_names[alias.asname or alias.name] = full
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
+        if node.id in self.module_names and isinstance(node.ctx, ast.Load):
+            self._reach(node, self.module_names[node.id])
         if node.id in FORBIDDEN_BUILTINS:
             self._bad(node, f"use of builtin {node.id!r} is not allowed")
         elif node.id.startswith("__") and node.id.endswith("__"):
@@ -335,6 +516,8 @@ class _Visitor(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
         root = _root_name(node)
+        self.bases.add(id(node.value))
+        dotted = _module_path(node, self.module_names)
         if attr.startswith("_"):
             self._bad(node, f"private or dunder attribute {attr!r} is not allowed")
         elif attr in FORBIDDEN_ATTRS:
@@ -345,6 +528,8 @@ class _Visitor(ast.NodeVisitor):
             self._bad(node, f"{_dotted(node)} changes global state and is not allowed")
         if isinstance(node.ctx, (ast.Store, ast.Del)) and root in self.module_names:
             self._bad(node, f"assigning to {_dotted(node)} (monkeypatching) is not allowed")
+        elif dotted is not None and not attr.startswith("_"):
+            self._reach(node, dotted)
         self.generic_visit(node)
 
     def visit_Global(self, node: ast.Global) -> None:

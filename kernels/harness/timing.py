@@ -29,6 +29,7 @@ MIN_SAMPLES = 25
 SCREEN_MIN_SAMPLES = 10
 MAX_SAMPLES = 200
 GRAPH_REPS = 20
+MAX_INPUT_SETS = 32  # graph mode cycles through at most this many input sets (L2 rotation)
 WARMUP_S = 0.05
 SLEEP_CYCLES = 200_000  # ~100 us at H100/H200 clocks
 

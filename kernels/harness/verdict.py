@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import math
 import os
+import stat
 import statistics
 import threading
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 from kernels import problems
-from kernels.harness import roofline
+from kernels.harness import roofline, timing
 from kernels.harness.compare import compare
 from kernels.protocol import FAILURES
 
@@ -45,25 +46,38 @@ Event = Callable[[dict], None]
 _REFERENCE_SLOTS = threading.BoundedSemaphore(int(os.environ.get("AUTOWEB_REFERENCE_SLOTS", "4")))
 
 
-def _read_raw(meta: dict, dtype: torch.dtype, root: Path) -> tuple[bytearray, list[int]]:
+def _read_raw(
+    meta: dict, dtype: torch.dtype, root: Path, expected: list[int]
+) -> tuple[bytearray, list[int]]:
+    """An output file's bytes. The file is the candidate's process's work, so it is opened as
+    nothing but a regular file below the sandbox directory (no symlink, FIFO or device: those
+    would read another file or block this process), and it must hold exactly the reference's
+    shape, which this process knows, before a byte is read."""
     path = Path(meta["file"]).resolve()
     if root.resolve() not in path.parents:
         raise ValueError("output file outside the sandbox directory")
     shape = [int(d) for d in meta["shape"]]
-    if any(d < 0 for d in shape) or len(shape) > 8:
-        raise ValueError(f"bad output shape {shape}")
+    if shape != list(expected):
+        raise _WrongShape(f"shape {shape} != reference {list(expected)}")
     numel = math.prod(shape)
     esize = torch.empty((), dtype=dtype).element_size()
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb", closefd=True) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("output is not a regular file")
         # Sized before it is read (a file of the wrong size is refused unread), then read once
         # into its buffer: `bytearray(read_bytes())` copied every output twice, seconds a sweep.
-        size = os.fstat(f.fileno()).st_size
-        if size != numel * esize:
-            raise ValueError(f"output file holds {size} bytes, expected {numel * esize}")
-        raw = bytearray(size)
-        if f.readinto(raw) != size:
+        if st.st_size != numel * esize:
+            raise ValueError(f"output file holds {st.st_size} bytes, expected {numel * esize}")
+        raw = bytearray(st.st_size)
+        if f.readinto(raw) != st.st_size:
             raise ValueError("output file changed while it was read")
     return raw, shape
+
+
+class _WrongShape(ValueError):
+    """An output whose shape is not the reference's: incorrect, and never read."""
 
 
 def _tensor(raw: bytearray, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
@@ -84,6 +98,7 @@ class Run:
         self.pdev = "cuda" if dev == "cuda" else "cpu"
         self.tol = problem.tolerance(dtype)
         self._oracles: dict[tuple[int, str], torch.Tensor] = {}
+        self._out_shapes: dict[int, list[int]] = {}
         self.results: list[dict] = [
             {"shape": s, "label": problems.shape_label(s), "errors": {}} for s in shapes
         ]
@@ -109,25 +124,42 @@ class Run:
             self.checks[name] = {"passed": passed, "detail": detail}
 
     def oracle(self, i: int, which: str) -> torch.Tensor:
+        """The float64 reference on shape i's inputs `which`: a seed's name, or `rotJ`, the
+        J-th input set graph-mode timing cycles through (the child's `prepare_shape`)."""
         key = (i, which)
         if key not in self._oracles:
-            seed = self.seeds[i][which]
+            if which.startswith("rot"):
+                j, rot = int(which[3:]), self.seeds[i]["rot"]
+                seed = rot[j % len(rot)] + j
+            else:
+                seed = self.seeds[i][which]
             inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
             self._oracles = {k: v for k, v in self._oracles.items() if k[0] == i}
             self._oracles[key] = self.problem.oracle(*inputs)
         return self._oracles[key]
 
+    def expected_shape(self, i: int, which: str) -> list[int]:
+        """The reference's output shape on shape i (computing a reference the first time)."""
+        if i not in self._out_shapes:
+            self.need_gpu()
+            with torch.no_grad(), _REFERENCE_SLOTS:
+                self._out_shapes[i] = list(self.oracle(i, which).shape)
+        return self._out_shapes[i]
+
     def verify(self, i: int, tag: str, which: str, meta: dict, root: Path) -> bool:
         try:
-            raw, shape = _read_raw(meta, self.dtype, root)
+            raw, shape = _read_raw(meta, self.dtype, root, self.expected_shape(i, which))
+        except _WrongShape as e:
+            self.results[i]["errors"][tag] = {"passed": False, "reason": str(e)}
+            return False
         except (ValueError, KeyError, TypeError, OSError) as e:
             self.fail("malformed", f"{self.results[i]['label']}: unreadable output: {e}")
             return False
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, KeyError, TypeError):
             Path(meta["file"]).unlink()
         # Hashed only where the digest is used, half of the outputs: the CUDA-graph output and
         # a timed output that may be bitwise equal to it (SHA-256 of 512 MB is ~0.4 s of CPU).
-        timed_after_graph = tag.startswith("timed") and i in self.final_digest
+        timed_after_graph = tag.startswith("timed") and which == "final" and i in self.final_digest
         sha = hashlib.sha256(raw).hexdigest() if tag == "graph" or timed_after_graph else None
         if timed_after_graph and self.final_digest[i] == sha:
             # The same bits as the output verified on the same inputs: the same verdict, with
@@ -174,15 +206,12 @@ def on_verified(run: Run, msg: dict, root: Path) -> None:
     outs = msg.get("outputs") or {}
     if "first" in outs:
         ok = run.verify(i, "first", "first", outs["first"], root)
+        why = f"{label}: {run.results[i]['errors'].get('first', {}).get('reason', 'unreadable')}"
         run.check(
-            "correctness",
-            ok,
-            "fresh random inputs (secret seed), float64 reference"
-            if ok
-            else f"{label}: {run.results[i]['errors']['first'].get('reason')}",
+            "correctness", ok, "fresh random inputs (secret seed), float64 reference" if ok else why
         )
         if not ok:
-            run.fail("incorrect", f"{label}: {run.results[i]['errors']['first'].get('reason')}")
+            run.fail("incorrect", why)
         run.results[i]["passed"] = ok
         if "second" in outs:
             ok2 = run.verify(i, "second", "second", outs["second"], root)
@@ -238,7 +267,7 @@ def on_verified(run: Run, msg: dict, root: Path) -> None:
                 if ok
                 else (
                     f"{label}: wrong output under CUDA-graph replay: "
-                    f"{run.results[i]['errors']['graph'].get('reason')}"
+                    f"{run.results[i]['errors'].get('graph', {}).get('reason')}"
                 )
             )
             run.check("cuda_graph", ok, why)
@@ -282,10 +311,15 @@ def on_timed(run: Run, msg: dict, root: Path, dinfo: dict, n_cands: int) -> None
         r["baseline_stats"] = {k: _stats(ms.get(k)) for k in ("eager", "compiled")}
         r["notes"] = notes
         return
+    inputs_set = msg.get("inputs_set", 0)
+    if not isinstance(inputs_set, int) or not 0 <= inputs_set < timing.MAX_INPUT_SETS:
+        run.fail("crashed", f"{r['label']}: the sandboxed process named an unknown input set")
+        return
+    which = "final" if inputs_set == 0 else f"rot{inputs_set}"
     timed_ok = []
     for c in range(n_cands):
         meta = outs.get(f"timed{c}")
-        ok = bool(meta) and run.verify(i, f"timed{c}", "final", meta, root)
+        ok = bool(meta) and run.verify(i, f"timed{c}", which, meta, root)
         timed_ok.append(ok)
     if not run.retiming:
         if not timed_ok[0]:
@@ -421,6 +455,37 @@ def on_done(run: Run, msg: dict) -> None:
         _tamper(run, msg["tamper"])
     elif "no_monkeypatching" not in run.checks:
         run.check("no_monkeypatching", True, "torch, triton, timers and harness unchanged")
+
+
+def require_complete(run: Run, *, verified: bool, timed: bool, n_cands: int, e2e: bool) -> None:
+    """A run that ended without a failure must have reported every observation its spec asked
+    for: each shape's outputs (fresh inputs, new values, and on a GPU the CUDA-graph replay),
+    each shape's timing with its timed outputs, the end-to-end check. The messages come from
+    the candidate's process, so a run that merely says it is done proves nothing: whatever is
+    missing rejects it."""
+    if run.failures:
+        return
+    tags = []
+    if verified and n_cands:
+        tags += ["first", "second"] + (["graph"] if run.dev == "cuda" else [])
+    if timed:
+        tags += [f"timed{c}" for c in range(n_cands)]
+    missing = []
+    for i, r in enumerate(run.results):
+        lacking = [t for t in tags if t not in r["errors"]]
+        if timed and i not in run.timed_ms:
+            lacking.append("timing")
+        if lacking:
+            missing.append(f"{r['label']} ({', '.join(lacking)})")
+    if e2e and run.end_to_end is None:
+        missing.append("the end-to-end check")
+    if missing:
+        run.fail(
+            "hack_suspected",
+            "the sandboxed process finished without reporting "
+            + "; ".join(missing[:6])
+            + (f" and {len(missing) - 6} more" if len(missing) > 6 else ""),
+        )
 
 
 def assemble_report(run: Run, problem, dinfo, dtype, tier, started, sources) -> dict:

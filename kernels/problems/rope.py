@@ -16,6 +16,7 @@ RANKS = (4, 2, 2)  # of each input, in signature order
 # The op of the model block (kernels/block.py) this kernel stands in for.
 BLOCK_OP = "rope"
 ROPE_THETA = 10000.0
+MAX_START = 32768  # positions of a table start below this
 
 # Queries (H = 32, 40, 28) and grouped KV heads (H = 8) of Llama/Qwen-style models, head dims
 # 128, 64 and Phi-3's 96, decode (S = 1) to 32768-token prefill; S = 2000 and H = 28 are odd.
@@ -64,9 +65,15 @@ def reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Te
 def make_inputs(shape, dtype, device, generator):
     b, s, h, d = shape["B"], shape["S"], shape["H"], shape["D"]
     x = torch.randn(b, s, h, d, device=device, generator=generator)
-    # Real rotary tables: angle = position * theta^(-2i/D), computed in fp32 as models do.
+    # Real rotary tables: angle = position * theta^(-2i/D), computed in fp32 as models do. The
+    # positions start at a random offset (a chunk of a longer sequence, as in chunked prefill):
+    # the tables differ from one set of inputs to the next, so a kernel that computes its own
+    # from position 0 instead of reading cos and sin is wrong.
+    start = 0
+    if generator is not None:
+        start = int(torch.randint(0, MAX_START, (1,), generator=generator, device=device).item())
     inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
-    pos = torch.arange(s, device=device, dtype=torch.float32)
+    pos = torch.arange(start, start + s, device=device, dtype=torch.float32)
     angles = pos[:, None] * inv_freq[None, :]
     return x.to(dtype), angles.cos().to(dtype), angles.sin().to(dtype)
 

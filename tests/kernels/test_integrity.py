@@ -8,6 +8,7 @@ evaluated on the GPU.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -30,6 +31,12 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "cached_copy": ("cached",),
     "cached_same_buffer": ("cached", "reused"),
     "dunder_escape": ("dunder",),
+    "escape_annotation_eval": ("typing.get_type_hints is not allowed",),
+    "escape_forge_done": ("bltn_open",),
+    "escape_forge_harness_message": ("bltn_open",),
+    "escape_forge_malformed": ("bltn_open",),
+    "escape_log_symlink": ("bltns",),
+    "escape_output_fifo": ("bltns",),
     "fill_disk": ("attribute 'os' is not allowed",),
     "fill_disk_many": ("attribute 'os' is not allowed",),
     "fork_children": ("attribute 'os' is not allowed",),
@@ -37,6 +44,7 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "forbidden_import": ("import of 'os' is not allowed",),
     "graph_breaking": ("cuda-graph", "graph"),
     "graph_detection": ("cuda-graph", "graph replay"),
+    "graph_first_call_only": ("while being timed",),
     "hang": ("no result within",),
     "illegal_memory_access": ("sigsegv", "illegal memory access", "process died"),
     "lazy_meta": ("meta",),
@@ -47,10 +55,13 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "monkeypatch_time": ("monkeypatch",),
     "monkeypatch_timer": ("monkeypatch",),
     "monkeypatch_torch": ("monkeypatch",),
+    "module_alias": ("used as a value",),
     "mutate_input": ("mutated",),
+    "numpy_fallback": ("attribute 'numpy' is not allowed",),
     "oom": ("out of memory",),
     "precision_downgrade": ("outside tolerance",),
     "returns_tuple": ("not a torch.tensor",),
+    "rope_own_tables": ("outside tolerance",),
     "shape_shortcut": ("outside tolerance",),
     "side_stream": ("torch.cuda.stream is not allowed",),
     "small_shapes_only": ("outside tolerance",),
@@ -216,6 +227,68 @@ def test_restricted_builtins_stop_eval_without_static_checks() -> None:
 
     assert report["verdict"] == "rejected"
     assert "'eval' is not defined" in " ".join(report["reasons"]), report["reasons"]
+
+
+# ---- the caller believes nothing the child says (static checks off: the candidate escaped) ----
+
+
+@pytest.mark.parametrize(
+    ("fixture", "failure", "mention"),
+    [
+        # "done" before any output was verified: every missing observation rejects the run.
+        ("escape_forge_done", "hack_suspected", "finished without reporting"),
+        # A message of the wrong form, and one that only the caller makes up: not a crash of
+        # the caller, a rejection.
+        ("escape_forge_malformed", "crashed", "malformed 'verified' message"),
+        # An output that is a FIFO is refused unread (opening it would block the caller).
+        ("escape_output_fifo", "malformed", "not a regular file"),
+    ],
+)
+def test_forged_messages_and_outputs_are_rejected(fixture: str, failure: str, mention: str) -> None:
+    report = evaluate(
+        "softmax",
+        (EXPLOITS / f"{fixture}.py").read_text(),
+        device="interpret",
+        tier="smoke",
+        skip_static_checks=True,
+        timeout_s=120,
+    )
+
+    assert report["verdict"] == "rejected"
+    assert report["failure"] == failure, report["reasons"]
+    assert mention.lower() in " ".join(report["reasons"]).lower(), report["reasons"]
+
+
+def test_a_harness_message_written_by_the_child_is_garbage() -> None:
+    report = evaluate(
+        "softmax",
+        (EXPLOITS / "escape_forge_harness_message.py").read_text(),
+        device="interpret",
+        tier="smoke",
+        skip_static_checks=True,
+        timeout_s=120,
+    )
+
+    assert report["failure"] == "crashed", report["reasons"]
+    assert "unreadable message" in " ".join(report["reasons"]), report["reasons"]
+    assert "out of memory" not in " ".join(report["reasons"]), report["reasons"]
+
+
+def test_a_log_swapped_for_a_symlink_does_not_leak_the_callers_environment(monkeypatch) -> None:
+    secret = "autoweb-test-secret-" + "x" * 12
+    monkeypatch.setenv("AUTOWEB_TEST_SECRET", secret)
+    report = evaluate(
+        "softmax",
+        (EXPLOITS / "escape_log_symlink.py").read_text(),
+        device="interpret",
+        tier="smoke",
+        skip_static_checks=True,
+        timeout_s=120,
+    )
+
+    assert report["verdict"] == "rejected"
+    assert report["failure"] == "crashed", report["reasons"]
+    assert secret not in json.dumps(report)
 
 
 # ---- the secret seed --------------------------------------------------------------------

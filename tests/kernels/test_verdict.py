@@ -67,3 +67,32 @@ def test_a_timed_output_bitwise_equal_to_the_verified_graph_output_is_not_compar
     assert not run.verify(0, "timed1", "final", output("final", "timed1", wrong=True), tmp_path)
     assert run.results[0]["errors"]["timed1"]["mismatched"] > 0
     assert len(hashed) == 3
+
+
+def test_a_timed_output_is_checked_against_the_input_set_it_was_computed_on(tmp_path: Path):
+    # Graph-mode timing cycles through input sets; the output kept is that of a call picked by
+    # the secret seed, on whichever set that call had, and the caller checks it against that
+    # set's own reference.
+    import torch
+
+    from kernels import problems
+    from kernels.harness.evaluation import _seeds
+
+    problem = problems.load("softmax")
+    shape = problem.shapes("smoke")[1]
+    run = verdict.Run(problem, "cpu", [shape], _seeds(1), torch.float32, None)
+    rot = run.seeds[0]["rot"]
+
+    def output(seed: int, tag: str) -> dict:
+        inputs = problem.make_inputs(shape, torch.float32, "cpu", seed)
+        return childrun.write_tensor(problem.reference(*inputs), tmp_path, tag)
+
+    assert run.verify(0, "timed0", "rot5", output(rot[5 % len(rot)] + 5, "a"), tmp_path)
+    assert not run.verify(0, "timed1", "rot5", output(run.seeds[0]["final"], "b"), tmp_path)
+    assert not run.verify(0, "timed2", "final", output(rot[5 % len(rot)] + 5, "c"), tmp_path)
+
+    msg = {"t": "timed", "i": 0, "ms": {}, "outputs": {}, "inputs_set": 99}
+    verdict.on_timed(run, msg, tmp_path, {}, 1)
+    assert run.failures == [
+        ("crashed", f"{run.results[0]['label']}: the sandboxed process named an unknown input set")
+    ]
