@@ -78,6 +78,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "core.middleware.RefuseNulMiddleware",
     # Static files (htmx, plotly, css) from this server under daphne too; no CDN.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -176,7 +177,8 @@ AUTOWEB_WORKERS_PER_GPU = envint("AUTOWEB_WORKERS_PER_GPU", 4, minimum=1)
 # default): consumers renew their entry at each access re-check, so an open page stays in.
 # `socket_timeout`: a socket waits for its messages with a blocking BZPOPMIN of 5 s, and redis-py
 # 8 gives every connection a 5-s read timeout by default, so each socket idle for 5 s was torn
-# down with 1011 (channels_redis issue 422); 15 s is above the pop and still bounds a hung Redis.
+# down with 1011 (a known channels-redis problem, reported upstream); 15 s is above the pop and
+# still bounds a hung Redis.
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +19,9 @@ from kernels.protocol import source_sha256
 
 class UsageError(Exception):
     pass
+
+
+MAX_JOBS = 256  # evaluations in flight in one tune: each is a sandboxed process with torch
 
 
 def _fmt(x, spec: str = ".3f", none: str = "-") -> str:
@@ -65,7 +70,9 @@ def _device(arg: str) -> str:
 
 
 def cmd_problems(args) -> int:
-    probs = problems.all_problems(args.problems_dir)
+    probs, errors = problems.load_all(args.problems_dir)
+    for why in errors:
+        print(f"error: {why}", file=sys.stderr)
     if args.json:
         _write_json(args.json, [p.to_dict() for p in probs])
     for p in probs:
@@ -78,7 +85,7 @@ def cmd_problems(args) -> int:
             print(f"  {p.description}")
         print(f"  smoke ({len(d['shapes']['smoke'])}): " + "; ".join(d["shapes"]["smoke"]))
         print(f"  full  ({len(d['shapes']['full'])}): " + "; ".join(d["shapes"]["full"]))
-    return 0
+    return 1 if errors else 0
 
 
 def print_report(rep: dict, out=sys.stdout) -> None:
@@ -179,8 +186,8 @@ def cmd_tune(args) -> int:
     dev = _device(args.device)
     if args.trials < 1:
         raise UsageError("--trials must be at least 1")
-    if args.jobs < 1:
-        raise UsageError("--jobs must be at least 1")
+    if not 1 <= args.jobs <= MAX_JOBS:
+        raise UsageError(f"--jobs must be from 1 to {MAX_JOBS}")
     if args.minutes is not None and not args.minutes > 0:
         raise UsageError("--minutes must be above 0")
     if not 0 < args.rel_ci < 1:
@@ -201,7 +208,8 @@ def cmd_tune(args) -> int:
     # Screening on a GPU takes the baselines from the cache (measured once per GPU, problem,
     # shapes and versions); the interpreter times nothing.
     cache = BaselineCache() if dev == "cuda" and not args.no_cache else None
-    pool = Pool(dev, size=args.jobs + 1)  # one spare: a finished sandbox is replaced meanwhile
+    # One spare: a finished sandbox is replaced meanwhile. No more than the trials need.
+    pool = Pool(dev, size=min(args.jobs, args.trials) + 1)
     common = dict(
         device=dev, tier=args.shapes, timeout_s=args.timeout, pool=pool, budget_s=args.budget
     )
@@ -467,6 +475,27 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _check_args(args) -> None:
+    """What argparse cannot say: numbers that must be finite and positive, and output paths
+    that must be writable before any work is done (a result is never lost at the end)."""
+    for flag in ("timeout", "budget"):
+        v = getattr(args, flag, None)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise UsageError(f"--{flag} must be a positive number of seconds; got {v}")
+    for flag in ("json", "out"):
+        v = getattr(args, flag, None)
+        if not v:
+            continue
+        p = Path(v)
+        parent = p.parent if str(p.parent) else Path(".")
+        if p.is_dir():
+            raise UsageError(f"--{flag} {v} is a directory; give a file name")
+        if not parent.is_dir():
+            raise UsageError(f"--{flag} {v}: the directory {parent} does not exist")
+        if not os.access(p if p.exists() else parent, os.W_OK):
+            raise UsageError(f"--{flag} {v} cannot be written")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     try:
@@ -474,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse exits 2 on usage errors already
         return int(e.code or 0)
     try:
+        _check_args(args)
         return args.fn(args)
     except (UsageError, problems.ProblemError) as e:
         print(f"error: {e}", file=sys.stderr)

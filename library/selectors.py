@@ -33,6 +33,7 @@ SORTS = {
     "kind": lambda t: (t.device_kind, -(t.speedup_eager or 0.0)),
 }
 DEFAULT_SORT = "speedup"
+MAX_AGE_DAYS = 36500  # the review queue's age filter, either way
 
 
 def failed_checks(trial: Trial) -> list[str]:
@@ -116,7 +117,9 @@ def review_queue(
     if min_speedup is not None:
         trials = [t for t in trials if (t.speedup_eager or 0.0) >= min_speedup]
     if max_age_days is not None:
-        since = timezone.now() - timedelta(days=max_age_days)
+        # Past a century either way the filter means everything or nothing; timedelta refuses
+        # more than 999999999 days.
+        since = timezone.now() - timedelta(days=max(-MAX_AGE_DAYS, min(max_age_days, MAX_AGE_DAYS)))
         trials = [t for t in trials if (t.finished_at or t.created_at) >= since]
     sort = sort if sort in SORTS else DEFAULT_SORT
     trials.sort(key=SORTS[sort])

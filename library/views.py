@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -249,7 +249,10 @@ def download(request: HttpRequest) -> HttpResponse:
     known = set(registry.names())
     if any(p not in known for p in problems):
         raise Http404("Unknown problem.")
-    name, data = export.wheel_bytes(export.select(problems, kinds), extra_problems=problems)
+    try:
+        name, data = export.wheel_bytes(export.select(problems, kinds), extra_problems=problems)
+    except export.ExportError as e:  # a problem asked for that does not load
+        return HttpResponseBadRequest(str(e), content_type="text/plain; charset=utf-8")
     response = HttpResponse(data, content_type="application/zip")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response

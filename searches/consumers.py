@@ -54,7 +54,7 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import import_module
 from typing import Any
 
@@ -319,8 +319,12 @@ def _parse_since(text: str) -> tuple[datetime | None, tuple[str, str] | None]:
         since = None
     if since is None:
         return None, ("bad_since", '"since" must be an ISO 8601 timestamp string.')
-    if timezone.is_naive(since):
-        since = timezone.make_aware(since, timezone.get_default_timezone())
+    try:
+        if timezone.is_naive(since):
+            since = timezone.make_aware(since, timezone.get_default_timezone())
+        since.astimezone(UTC)  # a date at the calendar's edge may have no UTC time
+    except (OverflowError, ValueError):
+        return None, ("bad_since", '"since" is outside the range of dates.')
     return since, None
 
 

@@ -256,7 +256,12 @@ def _import(name: str, path: Path) -> ModuleType:
     # name, e.g. a reference's EPS; a module that fails to load is removed again.
     sys.modules[spec.name] = mod
     try:
-        spec.loader.exec_module(mod)
+        try:
+            spec.loader.exec_module(mod)
+        except Exception as e:  # the user's module: its own error, told as the problem's
+            raise ProblemError(
+                f"problem {name!r} ({path}) failed to import: {type(e).__name__}: {e}"[:500]
+            ) from e
         missing = [a for a in _REQUIRED if not hasattr(mod, a)]
         if missing:
             raise ProblemError(f"problem {name!r} ({path}) lacks {', '.join(missing)}")
@@ -373,3 +378,15 @@ def names(extra_dirs: list[str] | None = None) -> list[str]:
 
 def all_problems(extra_dirs: list[str] | None = None) -> list[Problem]:
     return [load(n, extra_dirs) for n in names(extra_dirs)]
+
+
+def load_all(extra_dirs: list[str] | None = None) -> tuple[list[Problem], list[str]]:
+    """Every problem that loads, and why each of the others does not: one broken module in a
+    problem directory does not hide the rest."""
+    loaded, errors = [], []
+    for n in names(extra_dirs):
+        try:
+            loaded.append(load(n, extra_dirs))
+        except ProblemError as e:
+            errors.append(str(e))
+    return loaded, errors

@@ -142,3 +142,46 @@ def test_an_unknown_problem_is_a_usage_error_naming_the_known_ones():
     assert res.returncode == 2
     assert "unknown problem 'nope'" in res.stderr and "softmax" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_a_problem_module_that_fails_to_import_is_named_and_the_rest_still_listed(tmp_path):
+    (tmp_path / "boom.py").write_text("raise RuntimeError('no GPU library here')\n")
+    write_problem(tmp_path, "fine", GOOD_SHAPES)
+    env = {"AUTOWEB_PROBLEM_DIRS": str(tmp_path)}
+
+    listed = cli("problems", env=env)
+    evaluated = cli(
+        "evaluate", "--problem", "boom", "--candidate", SEED, "--device", "interpret", env=env
+    )
+
+    assert listed.returncode == 1 and "Traceback" not in listed.stderr
+    assert (
+        "problem 'boom'" in listed.stderr and "RuntimeError: no GPU library here" in listed.stderr
+    )
+    assert "fine " in listed.stdout and "softmax " in listed.stdout
+    assert evaluated.returncode == 2 and "Traceback" not in evaluated.stderr
+    assert "failed to import: RuntimeError: no GPU library here" in evaluated.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--timeout", "nan"), "--timeout must be a positive number of seconds; got nan"),
+        (("--timeout", "-1"), "--timeout must be a positive number of seconds; got -1.0"),
+        (("--budget", "inf"), "--budget must be a positive number of seconds; got inf"),
+        (("--json", "/nonexistent-dir/r.json"), "the directory /nonexistent-dir does not exist"),
+        (("--json", "/tmp"), "--json /tmp is a directory"),
+    ],
+)
+def test_bad_numbers_and_unwritable_outputs_are_refused_before_any_work(flags, message):
+    res = cli(
+        "evaluate", "--problem", "softmax", "--candidate", SEED, "--device", "interpret", *flags
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert message in res.stderr and "Traceback" not in res.stderr
+    assert "verdict" not in res.stdout  # refused before anything was evaluated
+
+
+def test_tune_refuses_more_jobs_than_it_can_run():
+    res = cli("tune", "--problem", "softmax", "--device", "interpret", "--jobs", "100000")
+    assert res.returncode == 2 and "--jobs must be from 1 to 256" in res.stderr

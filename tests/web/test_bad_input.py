@@ -151,3 +151,38 @@ def test_nan_speedups_are_kept_as_text_and_never_win(engineer_client, search, re
         reverse("searches:problem_charts", args=["softmax"]),
     ):
         assert engineer_client.get(url).status_code == 200, url
+
+
+def test_a_nul_character_anywhere_in_a_request_is_refused_before_a_view_runs(engineer_client):
+    # PostgreSQL refuses NUL in text, so a view reached with one would fail with a 500 there.
+    ideas = Idea.objects.count()
+    for url in (
+        reverse("library:releases") + "?problem=%00",
+        reverse("library:download") + "?kind=a%00b",
+        reverse("library:queue") + "?sort=%00",
+    ):
+        response = engineer_client.get(url)
+        assert response.status_code == 400, url
+        assert b"NUL character" in response.content
+    posted = engineer_client.post(reverse("searches:idea_new"), form_data(title="a\x00b"))
+    assert posted.status_code == 400
+    assert Idea.objects.count() == ideas
+
+
+def test_an_age_filter_past_any_date_is_taken_as_everything_or_nothing(engineer_client):
+    for days in ("1000000000", "-1000000000", "1e300"):
+        response = engineer_client.get(reverse("library:queue") + f"?max_age_days={days}")
+        assert response.status_code == 200, days
+
+
+def test_a_problem_that_fails_to_import_is_left_out_of_an_export_or_refused_by_name(
+    engineer_client, tmp_path, monkeypatch
+):
+    (tmp_path / "boom.py").write_text("raise RuntimeError('no GPU library here')\n")
+    monkeypatch.setenv("AUTOWEB_PROBLEM_DIRS", str(tmp_path))
+    everything = engineer_client.get(reverse("library:download"))
+    named = engineer_client.get(reverse("library:download") + "?problem=boom")
+
+    assert everything.status_code == 200 and everything["Content-Type"] == "application/zip"
+    assert named.status_code == 400
+    assert b"cannot export 'boom'" in named.content and b"no GPU library here" in named.content

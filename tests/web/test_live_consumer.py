@@ -342,6 +342,9 @@ GARBAGE = [
     ('{"since": "yesterday"}', "bad_since"),
     ('{"since": "2026-13-45T99:00:00"}', "bad_since"),
     ('{"since": "' + "9" * 1000 + '"}', "bad_since"),
+    # valid dates whose UTC time falls off the calendar
+    ('{"since": "0001-01-01T00:00:00+14:00"}', "bad_since"),
+    ('{"since": "9999-12-31T23:59:59-14:00"}', "bad_since"),
 ]
 
 

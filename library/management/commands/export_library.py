@@ -38,3 +38,5 @@ class Command(BaseCommand):
                 self.stdout.write(f"{out_path}: {len(releases)} release(s)")
         except export.ExportError as e:
             raise CommandError(str(e)) from e
+        except OSError as e:
+            raise CommandError(f"cannot write {out_path}: {e.strerror or e}") from e
