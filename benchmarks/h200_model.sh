@@ -29,7 +29,7 @@ release() {
   tar czf "$OUT/library.tgz" -C var library stack.sqlite3 && tar tzf "$OUT/library.tgz"
 }
 block() {
-  # A later call on a fresh machine: the library (and database) from the release step's tarball.
+  # A later run on a fresh machine: the library (and database) from the release step's tarball.
   [ -d var/library ] || { mkdir -p var && tar xzf "${LIBRARY_TGZ:-.model/library.tgz}" -C var; }
   timeout "${BLOCK_S:-580}" python3 benchmarks/model_block.py --library var/library --phases ${PHASES:-prefill decode} \
     --json "$OUT/h200-block.json" 2>&1 | tee "$OUT/h200-block.txt" | tail -80

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Both throughput figures of docs/benchmarks/search.md in one GPU call, on the user's problem in
+# Both throughput figures of docs/benchmarks/search.md in one invocation, on the user's problem in
 # benchmarks/user_problems: screening evaluations per GPU-minute (search_proof.py: the baselines
 # measured once, then THROUGHPUT distinct configurations of the seed, JOBS in flight), then the
 # whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two tuner searches from

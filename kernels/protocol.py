@@ -73,6 +73,11 @@ def events_key(search_id: int | str) -> str:
     return f"autoweb:events:{search_id}"
 
 
+def baselines_key(digest: str) -> str:
+    """One key's baseline timings (`kernels.harness.baselines`), shared by a GPU kind's workers."""
+    return f"autoweb:baselines:{digest}"
+
+
 # -- what crosses --------------------------------------------------------------------------------
 
 Tier = Literal["smoke", "full", "revalidate"]
@@ -144,6 +149,13 @@ class Report(TypedDict):
     end_to_end: NotRequired[dict[str, Any]]
     worker: NotRequired[str | None]
     revalidation: NotRequired[dict[str, Any]]
+    sandbox: NotRequired[dict[str, Any]]
+    sandbox_dir: NotRequired[str]
+    gpu_wait: NotRequired[dict[str, float]]
+    baselines: NotRequired[dict[str, Any]]
+    profile: NotRequired[dict[str, Any]]
+    source: NotRequired[str]
+    source_sha256: NotRequired[str]
 
 
 def rejected_report(

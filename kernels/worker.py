@@ -1,4 +1,4 @@
-"""The GPU worker: Django-free, one process per GPU, serving the RQ queue `gpu.<kind>`.
+"""The GPU worker: Django-free, serving the RQ queue `gpu.<kind>`; several may share one GPU.
 
     python -m kernels.worker [--redis URL] [--device auto|cuda|interpret] [--name NAME]
 
@@ -9,7 +9,8 @@ process (RQ's SimpleWorker: no fork after CUDA is initialised); every candidate 
 its own sandboxed child. Progress (compiling, verifying shape i/n, benchmarking) is appended to
 a Redis stream per search, which the web side forwards to browsers.
 
-Only kernels + rq + redis + torch + triton are needed on a GPU host.
+A GPU host needs kernels, torch, triton and the `gpu` extra in pyproject.toml (rq, redis, psutil,
+numpy, optuna).
 """
 
 from __future__ import annotations

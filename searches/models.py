@@ -562,7 +562,7 @@ class Trial(models.Model):
 
 
 class Worker(models.Model):
-    """A GPU worker process (one per GPU), as it last described itself."""
+    """A GPU worker process (several may share a GPU), as it last described itself."""
 
     name = models.CharField(max_length=200, unique=True, help_text="e.g. host:gpu0")
     kind = models.CharField(max_length=64, db_index=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kernels import problems
+from kernels.protocol import baselines_key
 
 # A canary within this fraction of its cached time never counts as drift, however tight both
 # measurements are: clocks and co-tenants move a GPU by a percent or two from minute to minute.
@@ -207,7 +208,7 @@ class BaselineCache:
         if self.redis is None:
             return None
         try:
-            raw = self.redis.get(f"autoweb:baselines:{digest(fields)}")
+            raw = self.redis.get(baselines_key(digest(fields)))
         except Exception:  # Redis away: measuring again is always correct, only slower
             return None
         if raw is None:
@@ -225,7 +226,7 @@ class BaselineCache:
         if self.redis is not None:
             with contextlib.suppress(Exception):
                 self.redis.set(
-                    f"autoweb:baselines:{digest(fields)}",
+                    baselines_key(digest(fields)),
                     json.dumps(data, default=str),
                     ex=REDIS_TTL_S,
                 )
@@ -255,7 +256,7 @@ class BaselineCache:
             self._path(fields).unlink()
         if self.redis is not None:
             with contextlib.suppress(Exception):
-                self.redis.delete(f"autoweb:baselines:{digest(fields)}")
+                self.redis.delete(baselines_key(digest(fields)))
 
     @contextlib.contextmanager
     def lock(self, fields: dict[str, Any]):

@@ -98,7 +98,7 @@ def get(kind: str, name: str) -> Pack | None:
 
 
 def hardware_for(gpu_kind: str) -> Pack | None:
-    """The hardware pack of a worker kind: `h200`, or `a100` for `a100-80gb`."""
+    """The hardware pack of a worker kind (`h200`), else the one named by its part before `-`."""
     packs = available("hardware")
     if gpu_kind in packs:
         return packs[gpu_kind]

@@ -1,5 +1,6 @@
 """Real processes for end-to-end tests: the orchestrator and GPU workers as the product runs
-them (`manage.py orchestrator`, `python -m kernels.worker`), on the test's database and Redis.
+them (`manage.py orchestrator`, `python -m kernels.worker`), on the test's database and Redis,
+and a private `redis-server` for tests that restart it or give it an ACL file.
 
 Each process writes to its own log file (a pipe nobody reads would block a chatty process),
 starts in its own session, and is SIGKILLed with its whole group at the end."""
@@ -7,11 +8,16 @@ starts in its own session, and is SIGKILLed with its whole group at the end."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
+import redis
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,3 +72,44 @@ class Processes:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A private redis-server that keeps nothing on disk; stop() and start() on one port."""
+
+    def __init__(self, tmp: Path, *args: str) -> None:
+        exe = shutil.which("redis-server")
+        if not exe:
+            pytest.skip("no redis-server on PATH")
+        self.exe, self.tmp, self.port = exe, tmp, _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.args = args  # more redis-server options (an --aclfile, say)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+            + ["--appendonly", "no", "--dir", str(self.tmp), *self.args],
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=self.port).ping()
+                return
+            except redis.AuthenticationError:  # up, and the default user is off (an ACL file)
+                return
+            except redis.RedisError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)

@@ -24,6 +24,9 @@ INTERNAL_ENV = {
     "AUTOWEB_GPU_LOCK",
     "AUTOWEB_CONFINE_DIR",
     "AUTOWEB_DENY_SOCKETS",
+    "AUTOWEB_LIMIT_AS",
+    "AUTOWEB_LIMIT_FSIZE",
+    "AUTOWEB_LIMIT_NOFILE",
     "PATH",
 }
 _OURS = {
@@ -259,12 +262,16 @@ def test_the_settings_read_secrets_only_from_the_environment():
 _ENV_CALL = re.compile(
     r"""(?:env(?:str|bool|int|list)\(|os\.environ\.get\(|os\.getenv\(|os\.environ\[)\s*["']([A-Z][A-Z0-9_]*)["']"""
 )
+# Any AUTOWEB_* string literal, wherever it stands: a variable may be read through a name
+# (`ENV_DIR = "AUTOWEB_LIBRARY_DIR"`, then `os.environ.get(ENV_DIR)`), which _ENV_CALL misses.
+_OUR_LITERAL = re.compile(r"""["'](AUTOWEB_[A-Z0-9_]+)["']""")
 
 
 def env_read_by(paths: list[Path]) -> set[str]:
     found: set[str] = set()
     for path in paths:
-        found |= set(_ENV_CALL.findall(path.read_text()))
+        text = path.read_text()
+        found |= set(_ENV_CALL.findall(text)) | set(_OUR_LITERAL.findall(text))
     return found
 
 
@@ -286,7 +293,7 @@ def test_the_settings_section_of_deploy_md_is_exactly_what_the_settings_read():
 def test_every_variable_the_code_reads_is_documented_and_every_documented_one_is_read():
     code = [
         p
-        for package in ("autoweb", "searches", "kernels")
+        for package in ("autoweb", "core", "searches", "library", "kernels")
         for p in (ROOT / package).rglob("*.py")
         if "migrations" not in p.parts
     ]

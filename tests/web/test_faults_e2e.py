@@ -4,58 +4,15 @@ rebuilt, and the search finishes with every trial judged once."""
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
-import redis
 
 from searches.models import Search
-from tests.web.processes import Processes
+from tests.web.processes import Processes, RedisServer
 from tests.web.test_search_e2e import _search, _wait
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A private redis-server that keeps nothing on disk; stop() and start() on one port."""
-
-    def __init__(self, tmp: Path) -> None:
-        exe = shutil.which("redis-server")
-        if not exe:
-            pytest.skip("no redis-server on PATH")
-        self.exe, self.tmp, self.port = exe, tmp, _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-            + ["--appendonly", "no", "--dir", str(self.tmp)],
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis.from_url(self.url).ping()
-                return
-            except redis.RedisError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=10)
 
 
 @pytest.fixture
