@@ -346,11 +346,16 @@ def cmd_new_problem(args) -> int:
         )
     except scaffold.ScaffoldError as e:
         raise UsageError(str(e)) from e
-    built.write()
+    known = [
+        str(d) for d in problems.problem_dirs()[1:]
+    ]  # a bad AUTOWEB_PROBLEM_DIRS: before writing
+    try:
+        built.write()
+    except OSError as e:
+        raise UsageError(f"cannot write the problem into {built.problem_path.parent}: {e}") from e
     print(f"wrote {built.problem_path}")
     print(f"wrote {built.seed_path}  ({built.note})")
     directory = built.problem_path.parent
-    known = [str(d) for d in problems.problem_dirs()[1:]]
     if str(directory) not in known:
         print(f"add {directory} to AUTOWEB_PROBLEM_DIRS (or pass --problems-dir) to use it")
     print("first evaluation of the seed on the CPU interpreter:", flush=True)

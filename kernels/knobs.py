@@ -3,8 +3,8 @@
     BLOCK_N = 1024  # tune: 256, 512, 1024, 2048
     NUM_WARPS = 4  # tune: 2, 4, 8
 
-`parse_knobs` reads them; `rewrite` changes only the value literals, so every tuner proposal is
-plain source with a one-token-per-knob diff.
+`parse_knobs` reads them (at most MAX_CHOICES choices a knob); `rewrite` changes only the value
+literals, so every tuner proposal is plain source with a one-token-per-knob diff.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ KnobValue = int | float | bool | str
 
 _TUNE_RE = re.compile(r"#\s*tune\s*:(?P<choices>.*)\Z", re.DOTALL)
 _LITERAL_TYPES = (bool, int, float, str)
+# Choices of one knob: far more than any tuning needs, few enough that reading a sketch stays
+# instant (each choice is checked against the others).
+MAX_CHOICES = 256
 
 
 class KnobError(ValueError):
@@ -186,6 +189,10 @@ def _parse_choices(text: str, lineno: int) -> tuple[tuple[KnobValue, ...], tuple
         raise KnobError(f"line {lineno}: {_first_bad_choice(text)}") from None
     if not isinstance(tree.body, ast.Tuple):
         raise KnobError(f"line {lineno}: cannot read choices {text.strip()!r}")
+    if len(tree.body.elts) > MAX_CHOICES:
+        raise KnobError(
+            f"line {lineno}: {len(tree.body.elts)} choices; a knob takes at most {MAX_CHOICES}"
+        )
     source = f"({text},)"
     choices: list[KnobValue] = []
     texts: list[str] = []

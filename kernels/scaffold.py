@@ -109,7 +109,7 @@ def parse_shapes(text: str, dims: list[str], flag: str = "--shapes") -> list[dic
         shape: dict[str, int] = {}
         for part in token.split(","):
             dim, sep, size = part.partition("=")
-            if not sep or not size.strip().isdigit() or int(size) < 1:
+            if not sep or not re.fullmatch(r"[0-9]+", size.strip()) or int(size) < 1:
                 raise ScaffoldError(
                     f"{flag}: {part!r} in {token!r} is not DIM=SIZE with a positive integer size "
                     "(e.g. M=4096,N=1024)"
@@ -167,10 +167,16 @@ def default_smoke(dims: list[str], last: str, full: list[dict[str, int]]) -> lis
 
 def _inputs(spec, shape: dict[str, int], dtype: torch.dtype, device: str = "cpu"):
     gen = torch.Generator().manual_seed(0) if device == "cpu" else None
-    return [
-        torch.randn([shape[d] for d in dims], generator=gen, device=device).to(dtype)
-        for _, dims in spec
-    ]
+    try:
+        return [
+            torch.randn([shape[d] for d in dims], generator=gen, device=device).to(dtype)
+            for _, dims in spec
+        ]
+    except (RuntimeError, MemoryError) as e:  # a shape too large for this machine's memory
+        raise ScaffoldError(
+            f"cannot make the inputs of shape {problems.shape_label(shape)} here: "
+            f"{type(e).__name__}: {e}"[:300]
+        ) from e
 
 
 def _call(fn: Callable, inputs, what: str):

@@ -290,6 +290,14 @@ PROHIBITIONS: list[tuple[str, str]] = [
         "code objects, no .data / .grad / .storage.",
     ),
     (
+        "modules",
+        "Use a module only through its attributes (torch.empty, tl.load; never T = torch). "
+        "Reach no module but torch, torch.cuda, torch.nn.functional, triton.language (and "
+        "its extra libdevice), math, functools and typing; of functools only cache, "
+        "lru_cache, partial, reduce, wraps; of typing only annotations and cast. No "
+        ".numpy(), from_numpy, dlpack or .tolist().",
+    ),
+    (
         "monkeypatch",
         "Never assign to or delete attributes of torch, triton, math or any "
         "imported module: monkeypatching timers, torch, triton or the harness is rejected.",

@@ -6,6 +6,7 @@ import pytest
 
 import kernels
 from kernels.knobs import (
+    MAX_CHOICES,
     Knob,
     KnobError,
     config_key,
@@ -207,3 +208,11 @@ def test_settings_lists_every_configuration_once_in_lexical_order() -> None:
     assert len(every) == space_size(found) == 6
     assert every[:2] == [{"A": 1, "B": "x"}, {"A": 1, "B": "y"}] and every[-1] == {"A": 2, "B": "z"}
     assert len({config_key(v) for v in every}) == 6
+
+
+def test_a_knob_with_more_choices_than_a_search_needs_is_refused() -> None:
+    many = ", ".join(str(i) for i in range(1, MAX_CHOICES + 2))
+    with pytest.raises(KnobError, match=f"257 choices; a knob takes at most {MAX_CHOICES}"):
+        parse_knobs(f"BLOCK_N = 1  # tune: {many}\n")
+    fewer = many.rsplit(",", 1)[0]
+    assert len(parse_knobs(f"BLOCK_N = 1  # tune: {fewer}\n")[0].choices) == MAX_CHOICES

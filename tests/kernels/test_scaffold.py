@@ -187,6 +187,8 @@ BAD = [
     (["--reference", "mymodel.ops"], "expected MODULE:FUNCTION"),
     (["--shapes", "M=1,N=abc"], "'N=abc' in 'M=1,N=abc' is not DIM=SIZE"),
     (["--shapes", "M=0,N=4"], "with a positive integer size"),
+    (["--shapes", "M=\u00b2,N=4"], "is not DIM=SIZE with a positive integer size"),
+    (["--smoke", "M=100000000,N=100000000"], "cannot make the inputs of shape M=100000000"),
     (["--shapes", "M=1"], "gives dims ['M'], but the inputs use ['M', 'N']"),
     (["--shapes", " ; "], "--shapes is empty"),
     (["--smoke", "M=1,N=1,K=2"], "--smoke: 'M=1,N=1,K=2' gives dims"),
@@ -245,3 +247,10 @@ def test_a_name_taken_by_a_file_or_another_problem_directory_is_refused(user, ca
     assert cli.main([*args, "--inputs", "a:M,N b:M,N"]) == 2
     assert "a problem 'gelu_mul' already exists" in capsys.readouterr().err
     assert not (user / "probs" / "seeds").exists()
+
+
+def test_a_missing_problem_directory_in_the_environment_writes_nothing(user, capsys, monkeypatch):
+    monkeypatch.setenv("AUTOWEB_PROBLEM_DIRS", str(user / "no_such_dir"))
+    assert cli.main(_args([])) == 2
+    assert "no_such_dir" in capsys.readouterr().err
+    assert not (user / "probs").exists()
