@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -499,6 +500,20 @@ def _check_args(args) -> None:
             raise UsageError(f"--{flag} {v}: the directory {parent} does not exist")
         if not os.access(p if p.exists() else parent, os.W_OK):
             raise UsageError(f"--{flag} {v} cannot be written")
+
+
+def stop_on_sigterm() -> None:
+    """For the command-line process (kernels/__main__.py), not for callers of main()."""
+    signal.signal(signal.SIGTERM, _stop)
+
+
+def _stop(signum: int, _frame) -> None:
+    """SIGTERM (`kill`, `timeout`): the sandboxed children die first, then this process unwinds
+    as on Ctrl-C. A child runs in its own session, so nothing else would stop it."""
+    from kernels.harness import sandbox
+
+    sandbox.kill_all()
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -359,6 +359,14 @@ def _stop_and_kill(roots: list[psutil.Process]) -> None:
 # filter every sandboxed process carries (one more than this process has) and kills them.
 
 _LIVE: weakref.WeakSet[Child] = weakref.WeakSet()
+
+
+def kill_all() -> None:
+    """Kill every sandboxed process this process started (and what they started): for a caller
+    that is being stopped, so that no candidate outlives it."""
+    for child in list(_LIVE):
+        if hasattr(child, "proc"):
+            child.kill()
 _adopting = False
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -294,3 +296,30 @@ def test_evaluate_judges_a_candidate_against_the_extra_problems_reference(
     assert len(report["shapes"]) == 3
     if verdict == "rejected":
         assert report["failure"] == "incorrect"
+
+
+def test_sigterm_stops_the_sandboxed_child_with_the_command(tmp_path):
+    # A child runs in its own session: without the command's handler it outlived a `kill`
+    # (or `timeout`) of the command and spun on.
+    import psutil
+
+    spin = tmp_path / "spin.py"
+    spin.write_text("import torch\n\n\ndef kernel(x):\n    while True:\n        pass\n")
+    cmd = [sys.executable, "-m", "kernels", "evaluate", "--problem", "softmax"]
+    cmd += ["--candidate", str(spin), "--device", "interpret", "--timeout", "300", "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        children: list[psutil.Process] = []
+        while not children and time.monotonic() < deadline:
+            time.sleep(0.5)
+            children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "no sandboxed child started"
+        time.sleep(3)  # into the candidate's loop
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        gone, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, [p.pid for p in alive]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
