@@ -1,6 +1,6 @@
 """`python -m kernels`: problems, evaluate, tune, ceilings, profile, new-problem.
 
-Exit codes: 0 accepted (or success), 1 rejected, 2 usage error.
+Exit codes: 0 accepted (or success), 1 rejected, 2 usage error, 143 stopped by SIGTERM.
 """
 
 from __future__ import annotations
