@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             meta = write_tensor(out, root, "first")
             t1 = time.perf_counter()
-            raw, shape = verdict._read_raw(meta, torch.bfloat16, root)
+            raw, shape = verdict._read_raw(meta, torch.bfloat16, root, list(out.shape))
             t2 = time.perf_counter()
             hashlib.sha256(raw).hexdigest()
             t3 = time.perf_counter()
