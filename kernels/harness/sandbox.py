@@ -367,6 +367,8 @@ def kill_all() -> None:
     for child in list(_LIVE):
         if hasattr(child, "proc"):
             child.kill()
+
+
 _adopting = False
 
 
