@@ -505,11 +505,14 @@ class _Pump:
             handler = HANDLERS.get(t)
             try:
                 done = bool(handler and handler(self, msg))
-            except Exception as e:  # the child wrote it: a message of the wrong form
+            except Exception as e:
+                # A message of the wrong form (the child wrote it), or this process's own work
+                # on it failed (a reference it could not compute): a rejection either way, with
+                # the error, never an evaluation that ends in a traceback.
                 self.run.fail(
                     "crashed",
-                    f"the sandboxed process sent a malformed {t!r} message "
-                    f"({type(e).__name__}: {e})"[:500],
+                    f"the {t!r} message from the sandboxed process could not be handled: "
+                    f"{type(e).__name__}: {e}"[:500],
                 )
                 done = True
         if self.timed:  # the child stopped mid-timing: what it did time is still checked

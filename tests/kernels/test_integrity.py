@@ -239,7 +239,7 @@ def test_restricted_builtins_stop_eval_without_static_checks() -> None:
         ("escape_forge_done", "hack_suspected", "finished without reporting"),
         # A message of the wrong form, and one that only the caller makes up: not a crash of
         # the caller, a rejection.
-        ("escape_forge_malformed", "crashed", "malformed 'verified' message"),
+        ("escape_forge_malformed", "crashed", "'verified' message from the sandboxed process"),
         # An output that is a FIFO is refused unread (opening it would block the caller).
         ("escape_output_fifo", "malformed", "not a regular file"),
     ],
