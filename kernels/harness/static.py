@@ -381,24 +381,40 @@ def _resolve(dotted: str) -> object:
     """The object `dotted` (an allowed module, then attributes) names, by importing the module
     and following the attributes, importing a submodule where no attribute is found (the
     sandboxed process may have imported it); _UNRESOLVED when some step does not exist there
-    either (the candidate's own code would fail at that step too)."""
+    either (the candidate's own code would fail at that step too). A submodule outside the
+    allowed ones is found but not imported."""
     import importlib
+    import importlib.util
 
     parts = dotted.split(".")
     try:
         obj = importlib.import_module(parts[0])
     except Exception:  # no such module, or no name at all (a relative import)
         return _UNRESOLVED
+    missing = object()
     for k, part in enumerate(parts[1:], start=1):
-        try:
-            obj = getattr(obj, part)
+        if isinstance(obj, types.ModuleType):
+            # A module's own names only: its __getattr__ (torch's lazy submodules) would import.
+            found = vars(obj).get(part, missing)
+        else:
+            try:
+                found = getattr(obj, part)
+            except Exception:
+                return _UNRESOLVED
+        if found is not missing:
+            obj = found
             continue
-        except Exception:
-            pass
-        if not isinstance(obj, types.ModuleType):
-            return _UNRESOLVED
+        name = ".".join(parts[: k + 1])
         try:
-            obj = importlib.import_module(".".join(parts[: k + 1]))
+            if importlib.util.find_spec(name) is None:
+                return _UNRESOLVED
+        except Exception:
+            return _UNRESOLVED
+        if not _module_allowed(name):
+            # Named, not imported: the candidate chooses the name, and importing runs code here.
+            return types.ModuleType(name)
+        try:
+            obj = importlib.import_module(name)
         except Exception:
             return _UNRESOLVED
     return obj
@@ -456,7 +472,8 @@ class _Visitor(ast.NodeVisitor):
             return
         if isinstance(obj, types.ModuleType):
             if not _module_allowed(obj.__name__):
-                self._bad(node, f"{dotted} is the module {obj.__name__!r}, which is not allowed")
+                how = "is" if obj.__name__ == dotted else "goes through"
+                self._bad(node, f"{dotted} {how} the module {obj.__name__!r}, which is not allowed")
             elif id(node) not in self.bases and not bound:
                 self._bad(
                     node,

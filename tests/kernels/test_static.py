@@ -91,6 +91,19 @@ def test_every_seed_passes(name: str) -> None:
         ("body", "global _CACHE", "global statement"),
         ("module", "class T(torch.Tensor): pass", "class definition"),
         ("module", "async def f(): pass", "async"),
+        # attribute paths are followed on the real modules
+        ("body", "z = torch.serialization.tarfile", "the module 'torch.serialization'"),
+        ("body", "f = torch.serialization.tarfile.bltn_open", "forbidden builtin"),
+        ("module", "from typing import stdlib_re", "typing.stdlib_re is not allowed"),
+        ("module", "from typing import get_type_hints", "typing.get_type_hints"),
+        ("module", "from functools import singledispatch", "functools.singledispatch"),
+        ("module", "T = torch", "module torch used as a value"),
+        ("module", "L = tl", "module triton.language used as a value"),
+        ("module", "from torch import serialization", "the module 'torch.serialization'"),
+        ("body", "z = triton.runtime.driver", "triton.runtime"),
+        ("body", "z = x.numpy()", "'numpy'"),
+        ("body", "z = torch.from_numpy(x)", "'from_numpy'"),
+        ("body", "z = x.tolist()", "'tolist'"),
     ],
 )
 def test_it_rejects_a_prohibited_construct_naming_its_line(
@@ -160,3 +173,33 @@ def test_source_that_is_not_text_is_malformed() -> None:
     res = check_source(b"def kernel(x): return x", ARGS)  # type: ignore[arg-type]
 
     assert res.failure == "malformed"
+
+
+def test_the_allowed_paths_still_pass() -> None:
+    body = (
+        "z = torch.cuda.get_device_properties(0)\n"
+        "    w = tl.extra.cuda.libdevice\n"
+        "    v = torch.nn.functional.softmax\n"
+        "    u = math.inf + functools.reduce(max, [1, 2])\n"
+        "    t = typing.cast(int, 1)"
+    )
+    source = _with(module="import functools\nimport math\nimport typing", body=body)
+    # `w = tl.extra.cuda.libdevice` binds a module to a name: refused like `T = torch`
+    res = check_source(source, ARGS)
+    assert [r for r in res.reasons if "used as a value" not in r] == [], res.reasons
+    assert len(res.reasons) == 1
+
+
+def test_a_path_into_a_module_outside_the_allowed_ones_is_refused_without_importing_it() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from kernels.harness.static import check_source\n"
+        "r = check_source('import torch\\n\\ndef kernel(x):\\n    return torch.onnx.export\\n',"
+        " ('x',))\n"
+        "print(r.failure, 'torch.onnx' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["prohibited", "False"], out.stdout + out.stderr
