@@ -346,7 +346,12 @@ def _import_allowed(mod: str) -> bool:
     return mod in ALLOWED_IMPORTS or mod.startswith(ALLOWED_IMPORT_PREFIXES)
 
 
+_ROOTS = frozenset(m.split(".")[0] for m in ALLOWED_IMPORTS if m != "__future__")
+
+
 def _module_allowed(name: str) -> bool:
+    if any(part.startswith("_") for part in name.split(".")):
+        return False
     if name in ALLOWED_MODULES:
         return True
     return name.startswith(ALLOWED_MODULE_PREFIXES) and not name.startswith(
@@ -387,9 +392,11 @@ def _resolve(dotted: str) -> object:
     import importlib.util
 
     parts = dotted.split(".")
+    if parts[0] not in _ROOTS:  # only what a candidate may import is ever imported here
+        return _UNRESOLVED
     try:
         obj = importlib.import_module(parts[0])
-    except Exception:  # no such module, or no name at all (a relative import)
+    except Exception:
         return _UNRESOLVED
     missing = object()
     for k, part in enumerate(parts[1:], start=1):
@@ -415,7 +422,7 @@ def _resolve(dotted: str) -> object:
             return types.ModuleType(name)
         try:
             obj = importlib.import_module(name)
-        except Exception:
+        except (Exception, SystemExit):
             return _UNRESOLVED
     return obj
 
@@ -524,7 +531,7 @@ class _Visitor(ast.NodeVisitor):
                     or (mod.startswith("triton") and alias.name in FORBIDDEN_TRITON_ATTRS)
                 ):
                     self._bad(node, f"{full} is not allowed")
-                else:
+                elif _import_allowed(mod):
                     self._reach(node, full, bound=True)
                 self.module_names[alias.asname or alias.name] = full
         self.generic_visit(node)

@@ -203,3 +203,21 @@ def test_a_path_into_a_module_outside_the_allowed_ones_is_refused_without_import
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["prohibited", "False"], out.stdout + out.stderr
+
+
+def test_the_checker_never_imports_a_module_the_candidate_names_outside_the_allowed_ones() -> None:
+    # `this` prints on import, `unittest.__main__` runs unittest and raises SystemExit: the
+    # checker runs in the trusted process, so neither may be imported there.
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from kernels.harness.static import check_source\n"
+        "for src in ('from this import s', 'import this', 'from unittest.__main__ import main'):\n"
+        "    r = check_source(src + '\\n\\ndef kernel(x):\\n    return x\\n', ('x',))\n"
+        "    print(r.failure)\n"
+        "print('this' in sys.modules, 'unittest.__main__' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["prohibited"] * 3 + ["False", "False"], out.stdout + out.stderr
