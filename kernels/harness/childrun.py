@@ -82,7 +82,6 @@ ALLOWED_OPS = frozenset(
         "stride",
         "size",
         "is_contiguous",
-        "_local_scalar_dense",
         "dim",
         "numel",
         "is_same_size",

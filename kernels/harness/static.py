@@ -306,7 +306,8 @@ PROHIBITIONS: list[tuple[str, str]] = [
         "library",
         "Compute in Triton kernels. Calling torch compute ops (matmul, softmax, "
         "exp, arithmetic on tensors, torch.nn.functional ...) is library fallback and is "
-        "rejected. Allocation (torch.empty*), views, .contiguous() and copies are fine.",
+        "rejected, and so is reading tensor values on the host (.item(), float(t)) to compute "
+        "in Python. Allocation (torch.empty*), views, .contiguous() and copies are fine.",
     ),
     (
         "streams",

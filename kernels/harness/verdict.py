@@ -447,6 +447,8 @@ def on_done(run: Run, msg: dict) -> None:
     if isinstance(ops, dict) and ops:
         listing = ", ".join(f"{k} x{v}" for k, v in sorted(ops.items()))[:1000]
         why = f"library fallback: the candidate called torch compute ops ({listing})"
+        if "aten._local_scalar_dense" in ops:
+            why += "; _local_scalar_dense is a tensor's value read on the host (.item(), float(t))"
         run.check("library_fallback", False, why)
         run.fail("prohibited", why)
     else:

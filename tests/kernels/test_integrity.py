@@ -60,6 +60,7 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "numpy_fallback": ("attribute 'numpy' is not allowed",),
     "oom": ("out of memory",),
     "precision_downgrade": ("outside tolerance",),
+    "python_fallback": ("read on the host",),
     "returns_tuple": ("not a torch.tensor",),
     "rope_own_tables": ("outside tolerance",),
     "shape_shortcut": ("outside tolerance",),
