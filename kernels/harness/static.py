@@ -193,6 +193,29 @@ FORBIDDEN_ATTRS = frozenset(
         "fromfile",
         "frombuffer",
         "from_file",
+        # the import machinery a module leaves behind (triton.language.extra holds sys.modules
+        # as `modules`), introspection that evaluates strings, format strings that walk
+        # attributes, Triton's hooks on a jitted function, Python callbacks over tensor elements
+        "modules",
+        "spec",
+        "loader",
+        "module_finder",
+        "module_from_spec",
+        "signature",
+        "from_callable",
+        "format",
+        "format_map",
+        "rewrite",
+        "rewriter",
+        "rewritten_fn",
+        "add_pre_run_hook",
+        "pre_run_hooks",
+        "device_caches",
+        "create_binder",
+        "preload",
+        "apply_",
+        "map_",
+        "map2_",
         # the forbidden builtins, reached as attributes of a module that holds them
         "eval",
         "exec",
@@ -295,7 +318,8 @@ PROHIBITIONS: list[tuple[str, str]] = [
         "Reach no module but torch, torch.cuda, torch.nn.functional, triton.language (and "
         "its extra libdevice), math, functools and typing; of functools only cache, "
         "lru_cache, partial, reduce, wraps; of typing only annotations and cast. No "
-        ".numpy(), from_numpy, dlpack or .tolist().",
+        ".numpy(), from_numpy, dlpack, .tolist(), .apply_()/.map_(), str.format (use "
+        "f-strings) or .signature. Every name you use is defined or imported in the file.",
     ),
     (
         "monkeypatch",
@@ -361,6 +385,34 @@ def _module_allowed(name: str) -> bool:
 
 
 _UNRESOLVED = object()
+# Where the types of the interpreter's own machinery live: import state, frames, signatures.
+_MACHINERY_MODULES = ("importlib", "_frozen_importlib", "inspect", "sys", "types", "_thread")
+
+
+def _machinery(obj: object) -> bool:
+    """True for what leads out of the allowed modules without a module on the way: the import
+    system's state (sys.modules is a dict of every module), specs and loaders, frames, code,
+    signatures (`from_callable(eval_str=True)` evaluates strings), a container of modules."""
+    import sys
+
+    if obj is sys.modules or isinstance(
+        obj, types.FrameType | types.CodeType | types.TracebackType | types.GeneratorType
+    ):
+        return True
+    if type(obj).__module__.split(".")[0] in _MACHINERY_MODULES and not isinstance(
+        obj, types.ModuleType | types.FunctionType | types.BuiltinFunctionType | type
+    ):
+        return True
+    if isinstance(obj, dict | list | set | frozenset | tuple | types.MappingProxyType):
+        values = obj.values() if isinstance(obj, dict | types.MappingProxyType) else obj
+        return any(
+            isinstance(v, types.ModuleType) or _machinery_type(v) for v in list(values)[:10000]
+        )
+    return False
+
+
+def _machinery_type(v: object) -> bool:
+    return isinstance(v, types.FrameType | types.CodeType)
 
 
 @functools.cache
@@ -490,6 +542,10 @@ class _Visitor(ast.NodeVisitor):
                 )
         elif id(obj) in self._dangerous:
             self._bad(node, f"{dotted} is a forbidden builtin")
+        elif _machinery(obj):
+            self._bad(
+                node, f"{dotted} is or holds the interpreter's machinery ({type(obj).__name__})"
+            )
 
     def _forbidden(self, root: str | None, attr: str) -> bool:
         mod = self.module_names.get(root or "", "")
@@ -565,6 +621,11 @@ class _Visitor(ast.NodeVisitor):
             self._reach(node, dotted)
         self.generic_visit(node)
 
+    def visit_keyword(self, node: ast.keyword) -> None:
+        if node.arg == "eval_str":
+            self._bad(node, "eval_str= (evaluating annotation strings) is not allowed")
+        self.generic_visit(node)
+
     def visit_Global(self, node: ast.Global) -> None:
         self._bad(node, "global statements are not allowed (no state across calls)")
 
@@ -594,6 +655,8 @@ def check_source(source: str, arg_names: tuple[str, ...]) -> StaticResult:
         tree = ast.parse(source, filename="candidate.py")
     except SyntaxError as e:
         return StaticResult("compile_error", [f"syntax error at line {e.lineno}: {e.msg}"])
+    except (RecursionError, MemoryError):
+        return StaticResult("malformed", ["candidate source nests too deeply to check"])
 
     kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel"]
     if not kernels:
@@ -616,7 +679,40 @@ def check_source(source: str, arg_names: tuple[str, ...]) -> StaticResult:
         )
 
     v = _Visitor()
-    v.visit(tree)
-    if v.problems:
-        return StaticResult("prohibited", v.problems)
+    try:
+        v.visit(tree)
+        problems = v.problems + _undefined_globals(source)
+    except (RecursionError, MemoryError):
+        return StaticResult("malformed", ["candidate source nests too deeply to check"])
+    if problems:
+        return StaticResult("prohibited", problems)
     return StaticResult()
+
+
+def _undefined_globals(source: str) -> list[str]:
+    """Names read as globals that the candidate never defines and that are no allowed builtin.
+    Other code can put names into a module's namespace (Triton's interpreter copies its own,
+    numpy and inspect among them, into the module of every function it runs), and the rules
+    above only see names the candidate binds."""
+    import builtins
+    import symtable
+
+    top = symtable.symtable(source, "candidate.py", "exec")
+    defined = {
+        s.get_name()
+        for s in top.get_symbols()
+        if s.is_assigned() or s.is_imported() or s.is_namespace()
+    }
+    allowed = defined | {n for n in vars(builtins) if n not in FORBIDDEN_BUILTINS}
+    bad: set[str] = set()
+    stack = [top]
+    while stack:
+        table = stack.pop()
+        stack.extend(table.get_children())
+        for sym in table.get_symbols():
+            name = sym.get_name()
+            if not sym.is_referenced() or name in allowed or name.startswith("__"):
+                continue
+            if table is top or sym.is_global():
+                bad.add(name)
+    return [f"name {n!r} is used but never defined (nor an allowed builtin)" for n in sorted(bad)]

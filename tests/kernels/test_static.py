@@ -104,6 +104,11 @@ def test_every_seed_passes(name: str) -> None:
         ("body", "z = x.numpy()", "'numpy'"),
         ("body", "z = torch.from_numpy(x)", "'from_numpy'"),
         ("body", "z = x.tolist()", "'tolist'"),
+        ("body", "M = tl.extra.modules", "'modules'"),
+        ("body", "z = '{0.shape}'.format(x)", "'format'"),
+        ("body", "x.apply_(abs)", "'apply_'"),
+        ("body", "z = _copy.signature", "'signature'"),
+        ("body", "z = dict(eval_str=True)", "eval_str"),
     ],
 )
 def test_it_rejects_a_prohibited_construct_naming_its_line(
@@ -221,3 +226,18 @@ def test_the_checker_never_imports_a_module_the_candidate_names_outside_the_allo
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["prohibited"] * 3 + ["False", "False"], out.stdout + out.stderr
+
+
+def test_a_name_never_defined_in_the_file_is_refused() -> None:
+    # Triton's interpreter puts its own names (np, inspect ...) into the candidate's module.
+    res = check_source(_with(body="z = np.exp(1.0)"), ARGS)
+    assert res.failure == "prohibited"
+    assert "name 'np' is used but never defined (nor an allowed builtin)" in res.reasons
+    # names bound anywhere in their scope, builtins and comprehension variables are fine
+    ok = _with(body="z = [max(i, 1) for i in range(3)]\n    w = (lambda v: v)(len(z))")
+    assert check_source(ok, ARGS).ok
+
+
+def test_source_nested_past_the_checkers_reach_is_malformed_not_a_crash() -> None:
+    res = check_source("def kernel(x):\n    return 0" + "+x" * 5000 + "\n", ARGS)
+    assert res.failure == "malformed" and "nests too deeply" in res.reasons[0]
