@@ -106,6 +106,37 @@ class OpRecorder(TorchDispatchMode):
             self.violations[key] = self.violations.get(key, 0) + 1
         return func(*args, **(kwargs or {}))
 
+    def __enter__(self):
+        _RECORDING.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _RECORDING.remove(self)
+        return super().__exit__(*exc)
+
+
+# The recorders of the candidate calls running now (innermost last).
+_RECORDING: list[OpRecorder] = []
+PRINTED = "tensor values read as text (repr, str, format, print)"
+
+
+def _record_tensor_printing() -> None:
+    """A tensor turned into text reads its values on the host with every dispatch mode switched
+    off (torch._tensor_str), so the recorder would not see it: a kernel parsing the text and
+    computing in Python. Counted as a violation while a candidate call runs."""
+    import torch._tensor_str as tensor_str
+
+    real = tensor_str._str
+
+    @functools.wraps(real)
+    def _str(self, *args, **kwargs):
+        if _RECORDING:
+            rec = _RECORDING[-1]
+            rec.violations[PRINTED] = rec.violations.get(PRINTED, 0) + 1
+        return real(self, *args, **kwargs)
+
+    tensor_str._str = _str
+
 
 # ---- tamper detection -------------------------------------------------------------------
 
@@ -132,6 +163,7 @@ def _watched() -> dict[str, object]:
         "kernels.harness.childrun": sys.modules[__name__],
         "kernels.harness.timing": timing,
         "kernels.harness.runner": runner,
+        "torch._tensor_str": sys.modules["torch._tensor_str"],
         "TorchDispatchMode": TorchDispatchMode,
     }
     try:
@@ -687,6 +719,7 @@ def run(spec: dict, send, recv) -> None:
     torch.manual_seed(0)
     problem = problems.load(spec["problem"], spec.get("problem_dirs") or None)
     device = spec["device"]
+    _record_tensor_printing()  # before the snapshot: putting the original back is tampering
     snap = Snapshot()
     allowed = ALLOWED_OPS | (INTERPRETER_OPS if device != "cuda" else frozenset())
     send(t="progress", phase="compiling")

@@ -213,6 +213,9 @@ FORBIDDEN_ATTRS = frozenset(
         "device_caches",
         "create_binder",
         "preload",
+        "get_capture_scope",
+        "used_global_vals",
+        "nonlocals",
         "apply_",
         "map_",
         "map2_",
@@ -319,7 +322,8 @@ PROHIBITIONS: list[tuple[str, str]] = [
         "its extra libdevice), math, functools and typing; of functools only cache, "
         "lru_cache, partial, reduce, wraps; of typing only annotations and cast. No "
         ".numpy(), from_numpy, dlpack, .tolist(), .apply_()/.map_(), str.format (use "
-        "f-strings) or .signature. Every name you use is defined or imported in the file.",
+        "f-strings) or .signature; no match statements, no assigning to attributes. Every "
+        "name you use is defined or imported in the file.",
     ),
     (
         "monkeypatch",
@@ -409,6 +413,25 @@ def _machinery(obj: object) -> bool:
             isinstance(v, types.ModuleType) or _machinery_type(v) for v in list(values)[:10000]
         )
     return False
+
+
+def _origin(obj: object) -> str:
+    return str(getattr(obj if isinstance(obj, type) else type(obj), "__module__", "") or "")
+
+
+def _from_refused_triton(obj: object) -> bool:
+    """A class, or an object, that triton's allowed modules re-export from its runtime or
+    compiler (triton.JITFunction, a driver): they hold those modules' globals. Functions stay
+    allowed (triton.jit, triton.cdiv) and so do jitted functions (tl.sum), whose dangerous
+    attributes are refused by name."""
+    if isinstance(obj, types.FunctionType | types.BuiltinFunctionType | types.ModuleType):
+        return False
+    origin = _origin(obj)
+    if not origin.startswith("triton"):
+        return False
+    if not isinstance(obj, type) and callable(obj):  # a jitted function, a tl builtin
+        return False
+    return not _module_allowed(origin)
 
 
 def _machinery_type(v: object) -> bool:
@@ -546,6 +569,8 @@ class _Visitor(ast.NodeVisitor):
             self._bad(
                 node, f"{dotted} is or holds the interpreter's machinery ({type(obj).__name__})"
             )
+        elif _from_refused_triton(obj):
+            self._bad(node, f"{dotted} comes from {_origin(obj)!r}, which is not allowed")
 
     def _forbidden(self, root: str | None, attr: str) -> bool:
         mod = self.module_names.get(root or "", "")
@@ -617,8 +642,17 @@ class _Visitor(ast.NodeVisitor):
             self._bad(node, f"{_dotted(node)} changes global state and is not allowed")
         if isinstance(node.ctx, (ast.Store, ast.Del)) and root in self.module_names:
             self._bad(node, f"assigning to {_dotted(node)} (monkeypatching) is not allowed")
+        elif isinstance(node.ctx, (ast.Store, ast.Del)):
+            # through any name: `T = torch.Tensor; T.x = ...` patches torch all the same
+            self._bad(node, f"assigning to the attribute {_dotted(node)} is not allowed")
         elif dotted is not None and not attr.startswith("_"):
             self._reach(node, dotted)
+        self.generic_visit(node)
+
+    def visit_Match(self, node: ast.Match) -> None:
+        # A class pattern reads the attributes it names (`case C(__globals__=g)`), and they are
+        # strings to the parser, not attribute nodes these rules see.
+        self._bad(node, "match statements are not allowed")
         self.generic_visit(node)
 
     def visit_keyword(self, node: ast.keyword) -> None:

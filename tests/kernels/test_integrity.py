@@ -32,12 +32,14 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "cached_same_buffer": ("cached", "reused"),
     "dunder_escape": ("dunder",),
     "escape_annotation_eval": ("typing.get_type_hints is not allowed",),
+    "escape_capture_scope": ("attribute 'get_capture_scope' is not allowed",),
     "deep_nesting": ("nests too deeply",),
     "escape_forge_done": ("bltn_open",),
     "escape_format_walk": ("attribute 'format' is not allowed",),
     "escape_forge_harness_message": ("bltn_open",),
     "escape_forge_malformed": ("bltn_open",),
     "escape_log_symlink": ("bltns",),
+    "escape_match_pattern": ("match statements are not allowed",),
     "escape_output_fifo": ("bltns",),
     "escape_signature_eval": ("attribute 'signature' is not allowed",),
     "escape_sys_modules": ("attribute 'modules' is not allowed",),
@@ -66,6 +68,7 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "oom": ("out of memory",),
     "precision_downgrade": ("outside tolerance",),
     "python_fallback": ("read on the host",),
+    "python_repr": ("read as text",),
     "python_apply": ("attribute 'apply_' is not allowed",),
     "returns_tuple": ("not a torch.tensor",),
     "rope_own_tables": ("outside tolerance",),
@@ -188,6 +191,7 @@ def test_it_rejects_the_planted_exploit_on_cuda(path: Path, head: dict) -> None:
         # The op recorder sees torch compute ops, however they are spelled.
         ("library_fallback", "prohibited", "library fallback"),
         ("library_fallback_arith", "prohibited", "library fallback"),
+        ("python_repr", "prohibited", "read as text"),
     ],
 )
 def test_the_runtime_defences_reject_it_without_static_checks(

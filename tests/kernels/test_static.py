@@ -109,6 +109,9 @@ def test_every_seed_passes(name: str) -> None:
         ("body", "x.apply_(abs)", "'apply_'"),
         ("body", "z = _copy.signature", "'signature'"),
         ("body", "z = dict(eval_str=True)", "eval_str"),
+        ("body", "z = tl.sum.get_capture_scope()", "'get_capture_scope'"),
+        ("body", "z = triton.JITFunction", "from 'triton.runtime.jit'"),
+        ("body", "y.foo = 1", "assigning to the attribute y.foo"),
     ],
 )
 def test_it_rejects_a_prohibited_construct_naming_its_line(
