@@ -216,6 +216,16 @@ FORBIDDEN_ATTRS = frozenset(
         "get_capture_scope",
         "used_global_vals",
         "nonlocals",
+        # a call that returns a module (torch.get_device_module("cpu") is torch.cpu, whose
+        # `.torch` is all of torch), and the allowed modules reached again under their names
+        "get_device_module",
+        "torch",
+        "triton",
+        "functools",
+        "typing",
+        "singledispatch",
+        "singledispatchmethod",
+        "get_type_hints",
         "apply_",
         "map_",
         "map2_",
@@ -322,8 +332,8 @@ PROHIBITIONS: list[tuple[str, str]] = [
         "its extra libdevice), math, functools and typing; of functools only cache, "
         "lru_cache, partial, reduce, wraps; of typing only annotations and cast. No "
         ".numpy(), from_numpy, dlpack, .tolist(), .apply_()/.map_(), str.format (use "
-        "f-strings) or .signature; no match statements, no assigning to attributes. Every "
-        "name you use is defined or imported in the file.",
+        "f-strings) or .signature; no match statements, no assigning to attributes, no "
+        "annotations written as strings. Every name you use is defined or imported in the file.",
     ),
     (
         "monkeypatch",
@@ -647,6 +657,26 @@ class _Visitor(ast.NodeVisitor):
             self._bad(node, f"assigning to the attribute {_dotted(node)} is not allowed")
         elif dotted is not None and not attr.startswith("_"):
             self._reach(node, dotted)
+        self.generic_visit(node)
+
+    def _string_annotation(self, ann: ast.expr | None) -> None:
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            self._bad(
+                ann,
+                "annotations must be expressions, not strings "
+                "(introspection evaluates annotation strings as code)",
+            )
+
+    def visit_arg(self, node: ast.arg) -> None:
+        self._string_annotation(node.annotation)
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._string_annotation(node.returns)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._string_annotation(node.annotation)
         self.generic_visit(node)
 
     def visit_Match(self, node: ast.Match) -> None:

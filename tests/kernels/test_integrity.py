@@ -33,6 +33,7 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "dunder_escape": ("dunder",),
     "escape_annotation_eval": ("typing.get_type_hints is not allowed",),
     "escape_capture_scope": ("attribute 'get_capture_scope' is not allowed",),
+    "escape_device_module": ("annotations must be expressions",),
     "deep_nesting": ("nests too deeply",),
     "escape_forge_done": ("bltn_open",),
     "escape_format_walk": ("attribute 'format' is not allowed",),

@@ -112,6 +112,8 @@ def test_every_seed_passes(name: str) -> None:
         ("body", "z = tl.sum.get_capture_scope()", "'get_capture_scope'"),
         ("body", "z = triton.JITFunction", "from 'triton.runtime.jit'"),
         ("body", "y.foo = 1", "assigning to the attribute y.foo"),
+        ("body", "m = torch.get_device_module('cpu')", "'get_device_module'"),
+        ("module", "def f(a: 'open(1)'): pass", "annotations must be expressions"),
     ],
 )
 def test_it_rejects_a_prohibited_construct_naming_its_line(
