@@ -347,9 +347,8 @@ def cmd_new_problem(args) -> int:
         )
     except scaffold.ScaffoldError as e:
         raise UsageError(str(e)) from e
-    known = [
-        str(d) for d in problems.problem_dirs()[1:]
-    ]  # a bad AUTOWEB_PROBLEM_DIRS: before writing
+    # Read before writing: a bad AUTOWEB_PROBLEM_DIRS is refused with nothing written.
+    known = [str(d) for d in problems.problem_dirs()[1:]]
     try:
         built.write()
     except OSError as e:
@@ -493,7 +492,7 @@ def _check_args(args) -> None:
         if not v:
             continue
         p = Path(v)
-        parent = p.parent if str(p.parent) else Path(".")
+        parent = p.parent
         if p.is_dir():
             raise UsageError(f"--{flag} {v} is a directory; give a file name")
         if not parent.is_dir():

@@ -33,6 +33,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import BinaryIO
 
 import psutil
 
@@ -70,20 +71,29 @@ _PASS_ENV = (
 HARNESS_MESSAGES = frozenset({"timeout", "memory", "disk", "eof", "garbage"})
 
 
+def open_child_file(path: str | Path) -> BinaryIO:
+    """A file in a sandbox's directory, which the child can write, opened for reading only as a
+    regular file: never through a symlink it put in its place (to the caller's
+    /proc/self/environ, say), never a FIFO or device, which would block or never end. OSError
+    otherwise."""
+    f = open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb")  # noqa: SIM115
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        raise OSError(f"{Path(path).name} is not a regular file")
+    return f
+
+
 def read_own_file(path: Path, tail: int | None = None) -> str:
-    """The text (its last `tail` bytes) of a file in a sandbox's directory, which the child can
-    write: read only if it is still a regular file, never through a symlink it put in its
-    place (to the caller's /proc/self/environ, say) or from a FIFO, which would block."""
+    """The text (its last `tail` bytes) of a file in a sandbox's directory ("" when it is not a
+    regular file any more: `open_child_file`)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        f = open_child_file(path)
     except OSError:
         return ""
-    with open(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            return ""
-        if tail is not None and st.st_size > tail:
-            f.seek(st.st_size - tail)
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if tail is not None and size > tail:
+            f.seek(size - tail)
         return f.read().decode("utf-8", "replace")
 
 

@@ -419,9 +419,8 @@ def _machinery(obj: object) -> bool:
         return True
     if isinstance(obj, dict | list | set | frozenset | tuple | types.MappingProxyType):
         values = obj.values() if isinstance(obj, dict | types.MappingProxyType) else obj
-        return any(
-            isinstance(v, types.ModuleType) or _machinery_type(v) for v in list(values)[:10000]
-        )
+        kinds = types.ModuleType | types.FrameType | types.CodeType
+        return any(isinstance(v, kinds) for v in list(values)[:10000])
     return False
 
 
@@ -442,10 +441,6 @@ def _from_refused_triton(obj: object) -> bool:
     if not isinstance(obj, type) and callable(obj):  # a jitted function, a tl builtin
         return False
     return not _module_allowed(origin)
-
-
-def _machinery_type(v: object) -> bool:
-    return isinstance(v, types.FrameType | types.CodeType)
 
 
 @functools.cache
@@ -650,11 +645,10 @@ class _Visitor(ast.NodeVisitor):
             self._bad(node, f"{_dotted(node)} is not allowed")
         elif root in self.module_names and attr.startswith("set_"):
             self._bad(node, f"{_dotted(node)} changes global state and is not allowed")
-        if isinstance(node.ctx, (ast.Store, ast.Del)) and root in self.module_names:
-            self._bad(node, f"assigning to {_dotted(node)} (monkeypatching) is not allowed")
-        elif isinstance(node.ctx, (ast.Store, ast.Del)):
-            # through any name: `T = torch.Tensor; T.x = ...` patches torch all the same
-            self._bad(node, f"assigning to the attribute {_dotted(node)} is not allowed")
+        if isinstance(node.ctx, (ast.Store, ast.Del)):
+            # Through any name: `T = torch.Tensor; T.x = ...` patches torch all the same.
+            what = "(monkeypatching) " if root in self.module_names else ""
+            self._bad(node, f"assigning to the attribute {_dotted(node)} {what}is not allowed")
         elif dotted is not None and not attr.startswith("_"):
             self._reach(node, dotted)
         self.generic_visit(node)

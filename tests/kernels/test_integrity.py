@@ -252,6 +252,8 @@ def test_restricted_builtins_stop_eval_without_static_checks() -> None:
         # A message of the wrong form, and one that only the caller makes up: not a crash of
         # the caller, a rejection.
         ("escape_forge_malformed", "crashed", "'verified' message from the sandboxed process"),
+        # "out of memory", written by the child: garbage, not the caller's kill
+        ("escape_forge_harness_message", "crashed", "unreadable message"),
         # An output that is a FIFO is refused unread (opening it would block the caller).
         ("escape_output_fifo", "malformed", "not a regular file"),
     ],
@@ -269,21 +271,6 @@ def test_forged_messages_and_outputs_are_rejected(fixture: str, failure: str, me
     assert report["verdict"] == "rejected"
     assert report["failure"] == failure, report["reasons"]
     assert mention.lower() in " ".join(report["reasons"]).lower(), report["reasons"]
-
-
-def test_a_harness_message_written_by_the_child_is_garbage() -> None:
-    report = evaluate(
-        "softmax",
-        (EXPLOITS / "escape_forge_harness_message.py").read_text(),
-        device="interpret",
-        tier="smoke",
-        skip_static_checks=True,
-        timeout_s=120,
-    )
-
-    assert report["failure"] == "crashed", report["reasons"]
-    assert "unreadable message" in " ".join(report["reasons"]), report["reasons"]
-    assert "out of memory" not in " ".join(report["reasons"]), report["reasons"]
 
 
 def test_a_log_swapped_for_a_symlink_does_not_leak_the_callers_environment(monkeypatch) -> None:
