@@ -101,6 +101,8 @@ def evaluate_job(
             timeout_s=timeout_s,
             baselines=_baselines_for(conn) if baselines_compiled else None,
         )
+    except problems.ProblemError as e:  # the problem failed on its own (the harness checked)
+        return _usage_report(problem, str(e), dev)
     finally:
         _set_current_job(conn, None)
     report["worker"] = _name
@@ -119,7 +121,8 @@ def _baselines_for(conn: redis.Redis | None) -> BaselineCache | None:
 def _timed_together(timer, problem: str, sources: list[str], **kw) -> list[dict] | dict:
     """A re-time or a table job's body: `timer` (`retime` or `time_together`) on this GPU,
     with this worker's baseline cache, so each shape is timed in its baselines' mode as the
-    screening was and prepared while the GPU is shared. {"error": ...} for an unknown problem."""
+    screening was and prepared while the GPU is shared. {"error": ...} for an unknown problem
+    or one that fails on its own."""
     from rq import get_current_job
 
     with _job():
@@ -128,14 +131,17 @@ def _timed_together(timer, problem: str, sources: list[str], **kw) -> list[dict]
         except problems.ProblemError as e:
             return {"error": str(e)}
         job = get_current_job()
-        out = timer(
-            prob,
-            sources,
-            device=_device or devmod.resolve("auto"),
-            pool=_pool,
-            baselines=_baselines_for(job.connection if job is not None else None),
-            **kw,
-        )
+        try:
+            out = timer(
+                prob,
+                sources,
+                device=_device or devmod.resolve("auto"),
+                pool=_pool,
+                baselines=_baselines_for(job.connection if job is not None else None),
+                **kw,
+            )
+        except problems.ProblemError as e:  # the problem failed on its own (the harness checked)
+            return {"error": str(e)}
     return json.loads(json.dumps(out, default=str))
 
 
@@ -207,15 +213,18 @@ def revalidate_job(
     except problems.ProblemError as e:
         return _usage_report(problem, str(e), dev)
     with _job():
-        report = revalidate(
-            prob,
-            source,
-            device=dev,
-            shape_range=shape_range,
-            pool=_pool,
-            budget_s=budget_s,
-            timeout_s=timeout_s,
-        )
+        try:
+            report = revalidate(
+                prob,
+                source,
+                device=dev,
+                shape_range=shape_range,
+                pool=_pool,
+                budget_s=budget_s,
+                timeout_s=timeout_s,
+            )
+        except problems.ProblemError as e:
+            report = _usage_report(problem, str(e), dev)
     report["worker"] = _name
     report["revalidation_id"] = revalidation_id
     return json.loads(json.dumps(report, default=str))

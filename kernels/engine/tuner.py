@@ -24,6 +24,7 @@ from kernels.engine import compose, judge
 from kernels.engine.judge import CONFIRM, FAILED, KEPT, REVERTED, Numbers
 from kernels.engine.proposers import KnobProposer, Proposal, Tried, describe
 from kernels.knobs import KnobValue
+from kernels.problems import ProblemError
 
 Report = dict[str, Any]
 Evaluate = Callable[[str], Report]
@@ -131,6 +132,13 @@ class Tuner:
         order: deque[tuple[Proposal, int, Future]] = deque()
         with ThreadPoolExecutor(self.jobs) as pool:
             while True:
+                # The one error an evaluation raises (ProblemError: the problem fails on its
+                # own, so no config can be judged) ends the search as soon as it is seen.
+                broken = next((f for _, _, f in order if f.done() and f.exception()), None)
+                if broken is not None:
+                    for _, _, f in order:
+                        f.cancel()
+                    raise broken.exception()
                 while order and order[0][2].done():
                     proposal, at, future = order.popleft()
                     record = self._trial(proposal, future.result())
@@ -170,9 +178,12 @@ class Tuner:
         return report, failure, reason, time.perf_counter() - started
 
     def _evaluate(self, source: str) -> tuple[Report | None, str | None, str]:
-        """Run evaluate; never raises. Returns (report, failure category or None, reason)."""
+        """Run evaluate; raises only ProblemError (a problem that fails on its own stops the
+        search). Returns (report, failure category or None, reason)."""
         try:
             report = self.evaluate(source)
+        except ProblemError:
+            raise
         except Exception as exc:  # a failed config is data, not a reason to stop the search
             return None, "crashed", f"evaluate raised {type(exc).__name__}: {_first_line(exc)}"
         if not isinstance(report, dict) or "verdict" not in report:

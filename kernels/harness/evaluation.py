@@ -415,6 +415,15 @@ def run(
             }
         )
         pump.loop()
+        if any(cat == "crashed" for cat, _ in run_.failures):
+            # Not the candidate's failure if the problem itself fails: checked here, on the
+            # shape the child was at (every shape when it was at none), not taken on its word.
+            if run_.pdev == "cuda":
+                pump.take_gpu_shared()
+            at = [pump.shape] if pump.shape is not None else range(len(shapes))
+            fault = next(filter(None, (run_.problem_fault(i) for i in at)), None)
+            if fault:
+                raise problems.ProblemError(f"{fault}; the candidate was not judged")
         if not request.extra.get("profile"):  # a profiling run observes; it judges nothing
             rules.require_complete(
                 run_,
@@ -469,6 +478,7 @@ class _Pump:
     # what an evaluation in flight beside others loses to them (the report's `gpu_wait`).
     waited: dict[str, float] = field(default_factory=lambda: {"shared_s": 0.0, "exclusive_s": 0.0})
     holds: int = 0
+    shape: int | None = None  # the shape the child last said it works on
 
     @property
     def out_root(self) -> Path:
@@ -552,6 +562,8 @@ class _Pump:
 
     def progress(self, msg: dict) -> bool:
         ev = {"phase": msg.get("phase")}
+        i = msg.get("i")
+        self.shape = i if type(i) is int and 0 <= i < len(self.run.shapes) else None
         if isinstance(msg.get("i"), int):
             ev.update(shape=msg["i"], of=msg.get("n"))
         self.run.on_event(ev)

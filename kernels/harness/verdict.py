@@ -134,6 +134,29 @@ class Run:
             self._oracles[key] = self.problem.oracle(*inputs)
         return self._oracles[key]
 
+    def problem_fault(self, i: int) -> str | None:
+        """Why the problem itself fails on shape i, or None: its inputs for every seed the
+        child uses on the shape, and its reference, made here, in the trusted process. Asked
+        after a crash, so a broken problem is never a candidate's failure: the child's own
+        account of where it crashed is not believed either way."""
+        label = self.results[i]["label"]
+        self.need_gpu()
+        for which in ("first", "second", "final"):
+            step = "make_inputs"
+            try:
+                with torch.no_grad(), _REFERENCE_SLOTS:
+                    inputs = self.problem.make_inputs(
+                        self.shapes[i], self.dtype, self.pdev, self.seeds[i][which]
+                    )
+                    if which == "first":
+                        step = "its reference"
+                        self.problem.oracle(*inputs)
+                        self.problem.module.reference(*inputs)
+            except Exception as e:
+                why = f"{type(e).__name__}: {e}"[:300]
+                return f"problem {self.problem.name!r} fails on {label}: {step} raised {why}"
+        return None
+
     def expected_shape(self, i: int, which: str) -> list[int]:
         """The reference's output shape on shape i (computing a reference the first time)."""
         if i not in self._out_shapes:
@@ -143,8 +166,11 @@ class Run:
         return self._out_shapes[i]
 
     def verify(self, i: int, tag: str, which: str, meta: dict, root: Path) -> bool:
+        # Outside the try: a reference this process cannot compute is no unreadable output
+        # (the caller then asks whether the problem fails on its own: Run.problem_fault).
+        expected = self.expected_shape(i, which)
         try:
-            raw, shape = _read_raw(meta, self.dtype, root, self.expected_shape(i, which))
+            raw, shape = _read_raw(meta, self.dtype, root, expected)
         except _WrongShape as e:
             self.results[i]["errors"][tag] = {"passed": False, "reason": str(e)}
             return False

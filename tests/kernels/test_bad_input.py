@@ -185,3 +185,72 @@ def test_bad_numbers_and_unwritable_outputs_are_refused_before_any_work(flags, m
 def test_tune_refuses_more_jobs_than_it_can_run():
     res = cli("tune", "--problem", "softmax", "--device", "interpret", "--jobs", "100000")
     assert res.returncode == 2 and "--jobs must be from 1 to 256" in res.stderr
+
+
+# A problem that fails on its own on its last smoke shape: in make_inputs, or in its reference.
+BROKEN = {
+    "inputs": (
+        "def make_inputs(shape, dtype, device, generator):\n",
+        "def make_inputs(shape, dtype, device, generator):\n"
+        '    if shape["N"] == 5000:\n'
+        '        raise RuntimeError("no inputs for N=5000")\n',
+        "make_inputs raised RuntimeError: no inputs for N=5000",
+    ),
+    "reference": (
+        "def reference(x):\n",
+        "def reference(x):\n"
+        "    if x.shape[1] == 5000:\n"
+        '        raise ValueError("N=5000 unsupported")\n',
+        "its reference raised ValueError: N=5000 unsupported",
+    ),
+}
+
+
+@pytest.mark.parametrize("where", sorted(BROKEN))
+def test_a_problem_that_fails_on_its_own_is_named_and_the_candidate_not_judged(tmp_path, where):
+    from tests.kernels.test_cli import CANDIDATE
+
+    old, new, message = BROKEN[where]
+    assert old in ROWSCALE
+    (tmp_path / "flaky.py").write_text(ROWSCALE.replace(old, new))
+    cand = tmp_path / "scale.py"
+    cand.write_text(CANDIDATE.replace("FACTOR", "2.0"))
+    out = tmp_path / "report.json"
+
+    res = cli(
+        *("evaluate", "--problem", "flaky", "--candidate", cand, "--device", "interpret"),
+        *("--json", out),
+        env={"AUTOWEB_PROBLEM_DIRS": str(tmp_path)},
+    )
+
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    assert f"problem 'flaky' fails on M=3,N=5000: {message}" in res.stderr
+    assert "the candidate was not judged" in res.stderr
+    assert not out.exists()  # no verdict written for a candidate that was not judged
+
+
+def test_a_candidate_that_crashes_on_a_sound_problem_is_still_crashed(tmp_path):
+    from tests.kernels.test_cli import CANDIDATE
+
+    (tmp_path / "fine.py").write_text(ROWSCALE)
+    cand = tmp_path / "boom.py"
+    cand.write_text(
+        CANDIDATE.replace("FACTOR", "2.0").replace(
+            "    x = x.contiguous()\n",
+            '    if x.shape[1] == 5000:\n        raise RuntimeError("kernel bug")\n'
+            "    x = x.contiguous()\n",
+        )
+    )
+    out = tmp_path / "report.json"
+
+    res = cli(
+        *("evaluate", "--problem", "fine", "--candidate", cand, "--device", "interpret"),
+        *("--json", out, "--quiet"),
+        env={"AUTOWEB_PROBLEM_DIRS": str(tmp_path)},
+    )
+
+    assert res.returncode == 1, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    assert report["failure"] == "crashed"
+    assert report["reasons"] == ["crashed: RuntimeError: kernel bug"]

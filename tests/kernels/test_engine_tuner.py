@@ -15,6 +15,7 @@ from kernels.engine.judge import is_improvement
 from kernels.engine.proposers import KnobProposer
 from kernels.engine.tuner import TrialRecord, Tuner
 from kernels.knobs import KnobError, config_key, parse_knobs
+from kernels.problems import ProblemError
 
 NOISE = 0.01
 
@@ -451,6 +452,22 @@ def test_when_everything_fails_the_start_is_returned_unranked() -> None:
     assert result.best_source == TWO_KNOBS
     assert result.best_report is None
     assert result.ranked is False
+
+
+@pytest.mark.parametrize("jobs", [1, 4])
+def test_a_problem_that_fails_on_its_own_stops_the_search(jobs) -> None:
+    calls = []
+
+    def evaluate(source: str) -> dict:
+        calls.append(source)
+        if len(calls) >= 3:
+            raise ProblemError("problem 'x' fails on M=3: make_inputs raised RuntimeError: boom")
+        time.sleep(0.01)
+        return report(1.0)
+
+    with pytest.raises(ProblemError, match="make_inputs raised"):
+        tune(TWO_KNOBS, 20, evaluate, jobs=jobs)
+    assert len(calls) < 20  # stopped, not every config recorded as its own crash
 
 
 # -- untimed (CPU interpreter) ----------------------------------------------------------------

@@ -36,8 +36,8 @@ def redis_url(worker_id):
     conn.flushdb()
 
 
-def _run_worker(url: str, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "REDIS_URL": url}
+def _run_worker(url: str, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "REDIS_URL": url, **(env or {})}
     return subprocess.run(
         [
             sys.executable,
@@ -111,6 +111,27 @@ def test_it_runs_retime_and_table_jobs_and_refuses_an_unknown_problem(redis_url)
     assert together["verdict"] == "accepted", together["reasons"]
     assert len(together["kernels"]) == 2 and len(together["labels"]) == 4
     assert "nope" in unknown.return_value()["error"]
+
+
+def test_a_problem_that_fails_on_its_own_is_reported_as_the_problems_fault(redis_url, tmp_path):
+    from tests.kernels.test_bad_input import BROKEN
+    from tests.kernels.test_cli import CANDIDATE, ROWSCALE
+
+    old, new, message = BROKEN["inputs"]
+    (tmp_path / "flaky.py").write_text(ROWSCALE.replace(old, new))
+    conn = redis.Redis.from_url(redis_url)
+    q = rq_queue(queue_name("interpret"), conn)
+    source = CANDIDATE.replace("FACTOR", "2.0")
+    kw = {"problem": "flaky", "search_id": 7}
+    evaluated = q.enqueue("kernels.worker.evaluate_job", kwargs={**kw, "source": source})
+    proc = _run_worker(redis_url, env={"AUTOWEB_PROBLEM_DIRS": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    report = evaluated.return_value()
+    assert report["verdict"] == "rejected" and report["failure"] == "malformed"
+    (reason,) = report["reasons"]
+    assert f"problem 'flaky' fails on M=3,N=5000: {message}" in reason
+    assert "the candidate was not judged" in reason
 
 
 def test_online_workers_are_those_with_a_live_heartbeat(redis_url):
