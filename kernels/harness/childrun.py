@@ -498,6 +498,10 @@ class Prepared:
         self.last: dict[str, object] = {}  # events mode: each function's latest output
         self.graph_out: dict[str, object] = {}
         self.graph_set = 0  # graph mode: the input set of the captured call whose output is kept
+        # events mode: the live inputs, and new values for them (timing.EVENTS_INPUT_SET), copied
+        # in before one last call of each candidate once sampling is over (`measure_shape`)
+        self.inputs: list = []
+        self.fresh: list = []
 
 
 def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cache) -> Prepared:
@@ -564,7 +568,10 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
                 prep.graph_out.clear()
                 prep.keep = [a]
                 torch.cuda.synchronize()
-        if prep.mode == "events":
+        if prep.mode == "events" and cands:
+            rot, j = seeds["rot"], timing.EVENTS_INPUT_SET  # the caller's `rotJ` reference
+            prep.inputs = a
+            prep.fresh = problem.make_inputs(shape, dtype, "cuda", rot[j % len(rot)] + j)
             for name, f in fns.items():
 
                 def sample_call(f=f, name=name):
@@ -595,8 +602,21 @@ def measure_shape(prep: Prepared, spec, cands: list[Candidate], send) -> None:
             warmup_s=warmup_s,
         )
         torch.cuda.synchronize()
+        inputs_set = prep.graph_set
+        if prep.mode == "events" and cands:
+            # Every sample ran on the same inputs: a kernel that kept an earlier result and
+            # returned it would have been timed doing no work. So new values go into the same
+            # buffers, and each candidate is called once more exactly as it was sampled; that
+            # output is the one verified. Nothing tells this call from the samples before it
+            # (sampling stops on time and spread), so a kernel cannot compute only when it
+            # counts: one that returns an earlier result from any call on returns it here.
+            for x, y in zip(prep.inputs, prep.fresh, strict=True):
+                x.copy_(y)
+            for c in range(len(cands)):
+                prep.samplers[f"candidate{c}"]()
+            torch.cuda.synchronize()
+            inputs_set = timing.EVENTS_INPUT_SET
         timed_out = prep.graph_out if prep.mode == "graph" else prep.last
-        inputs_set = prep.graph_set if prep.mode == "graph" else 0
         out_dir = Path(spec["out_dir"]) / f"s{i}"
         out_dir.mkdir(parents=True, exist_ok=True)
         outputs = {}

@@ -30,6 +30,9 @@ SCREEN_MIN_SAMPLES = 10
 MAX_SAMPLES = 200
 GRAPH_REPS = 20
 MAX_INPUT_SETS = 32  # graph mode cycles through at most this many input sets (L2 rotation)
+# Events mode: the input set of the call whose output is verified, made after the samples on
+# new values in the same buffers (childrun.measure_shape); the caller checks it is this one.
+EVENTS_INPUT_SET = 1
 WARMUP_S = 0.05
 SLEEP_CYCLES = 200_000  # ~100 us at H100/H200 clocks
 

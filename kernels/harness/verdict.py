@@ -337,6 +337,11 @@ def on_timed(run: Run, msg: dict, root: Path, dinfo: dict, n_cands: int) -> None
     if not isinstance(inputs_set, int) or not 0 <= inputs_set < timing.MAX_INPUT_SETS:
         run.fail("crashed", f"{r['label']}: the sandboxed process named an unknown input set")
         return
+    if msg.get("mode") == "events" and inputs_set != timing.EVENTS_INPUT_SET:
+        # Events mode verifies a call made on new values after the samples, never the samples'
+        # own inputs: a child that says otherwise did not run the harness's timing code.
+        run.fail("hack_suspected", f"{r['label']}: timed output not made on new values")
+        return
     which = "final" if inputs_set == 0 else f"rot{inputs_set}"
     timed_ok = []
     for c in range(n_cands):

@@ -31,6 +31,7 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "cached_copy": ("cached",),
     "cached_same_buffer": ("cached", "reused"),
     "dunder_escape": ("dunder",),
+    "events_cached_result": ("while being timed",),
     "escape_annotation_eval": ("typing.get_type_hints is not allowed",),
     "escape_capture_scope": ("attribute 'get_capture_scope' is not allowed",),
     "escape_device_module": ("annotations must be expressions",),

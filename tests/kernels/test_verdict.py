@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from kernels.harness import childrun, sandbox, verdict
 from kernels.harness.evaluation import HANDLERS
 from kernels.protocol import FAILURES
@@ -96,3 +98,39 @@ def test_a_timed_output_is_checked_against_the_input_set_it_was_computed_on(tmp_
     assert run.failures == [
         ("crashed", f"{run.results[0]['label']}: the sandboxed process named an unknown input set")
     ]
+
+
+@pytest.mark.parametrize(("inputs_set", "failed"), [(0, True), (5, True), (1, False)])
+def test_events_mode_timed_outputs_must_come_from_the_call_on_new_values(
+    tmp_path: Path, inputs_set: int, failed: bool
+):
+    # Events-mode samples all run on the same inputs, so the output verified is that of one more
+    # call on new values (input set timing.EVENTS_INPUT_SET): a report naming another set is not
+    # the harness's timing code speaking.
+    import torch
+
+    from kernels import problems
+    from kernels.harness import timing
+    from kernels.harness.evaluation import _seeds
+
+    problem = problems.load("softmax")
+    shape = problem.shapes("smoke")[1]
+    run = verdict.Run(problem, "cpu", [shape], _seeds(1), torch.float32, None)
+    rot, j = run.seeds[0]["rot"], timing.EVENTS_INPUT_SET
+    assert j == 1
+    seed = rot[inputs_set % len(rot)] + inputs_set if inputs_set else run.seeds[0]["final"]
+    out = childrun.write_tensor(
+        problem.reference(*problem.make_inputs(shape, torch.float32, "cpu", seed)), tmp_path, "t"
+    )
+    msg = {"t": "timed", "i": 0, "mode": "events", "ms": {}, "outputs": {"timed0": out},
+           "inputs_set": inputs_set}  # fmt: skip
+    verdict.on_timed(run, msg, tmp_path, {}, 1)
+
+    label = run.results[0]["label"]
+    if failed:
+        assert run.failures == [("hack_suspected", f"{label}: timed output not made on new values")]
+    else:
+        assert ("hack_suspected", f"{label}: timed output not made on new values") not in (
+            run.failures
+        )
+        assert run.results[0]["errors"]["timed0"]["passed"]
