@@ -498,10 +498,12 @@ class Prepared:
         self.last: dict[str, object] = {}  # events mode: each function's latest output
         self.graph_out: dict[str, object] = {}
         self.graph_set = 0  # graph mode: the input set of the captured call whose output is kept
-        # events mode: the live inputs, and new values for them (timing.EVENTS_INPUT_SET), copied
-        # in before one last call of each candidate once sampling is over (`measure_shape`)
-        self.inputs: list = []
+        # New values (input set `fresh_set`) copied into the buffers `fresh_into` once sampling
+        # is over, before one more sample of each candidate, whose output is the one verified
+        # (`measure_shape`)
         self.fresh: list = []
+        self.fresh_into: list = []
+        self.fresh_set = 0
 
 
 def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cache) -> Prepared:
@@ -537,20 +539,24 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
             try:
                 set_bytes = sum(x.numel() * x.element_size() for x in a)
                 nsets = max(1, min(timing.MAX_INPUT_SETS, math.ceil(2.5 * l2 / max(set_bytes, 1))))
+                rot = seeds["rot"]
                 sets = [a] + [
-                    problem.make_inputs(
-                        shape, dtype, "cuda", seeds["rot"][j % len(seeds["rot"])] + j
-                    )
+                    problem.make_inputs(shape, dtype, "cuda", rot[j % len(rot)] + j)
                     for j in range(1, nsets)
                 ]
                 reps = max(timing.GRAPH_REPS, nsets)
                 reps = math.ceil(reps / nsets) * nsets
                 # The output verified is that of one captured call past the first, picked by
-                # the secret seed, on whichever input set that call had (the caller computes
-                # that set's reference): a kernel that worked only on the first call it saw
-                # captured, or on the first input set, is caught.
+                # the secret seed, replayed once more after the samples on new values in that
+                # call's input set (`measure_shape`; the caller computes their reference): a
+                # kernel that worked only on the first call it saw captured, on the first input
+                # set, or not at all once captured (a copy of a kept result), is caught.
                 pick = random.Random(seeds["final"] ^ 0x9A7).randrange(1, reps) if reps > 1 else 0
                 prep.graph_set = pick % nsets
+                if cands:
+                    j = timing.MAX_INPUT_SETS + prep.graph_set  # the caller's `rotJ` reference
+                    prep.fresh_into, prep.fresh_set = sets[prep.graph_set], j
+                    prep.fresh = problem.make_inputs(shape, dtype, "cuda", rot[j % len(rot)] + j)
                 for name, f in fns.items():
                     calls = [(lambda s=s, f=f: call(f, s)) for s in sets]
                     g, outs = timing.capture(calls, reps)
@@ -567,11 +573,13 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
                 prep.samplers.clear()
                 prep.graph_out.clear()
                 prep.keep = [a]
+                prep.fresh, prep.fresh_into, prep.graph_set = [], [], 0
                 torch.cuda.synchronize()
-        if prep.mode == "events" and cands:
-            rot, j = seeds["rot"], timing.EVENTS_INPUT_SET  # the caller's `rotJ` reference
-            prep.inputs = a
-            prep.fresh = problem.make_inputs(shape, dtype, "cuda", rot[j % len(rot)] + j)
+        if prep.mode == "events":
+            if cands:
+                rot, j = seeds["rot"], timing.EVENTS_INPUT_SET  # the caller's `rotJ` reference
+                prep.fresh_into, prep.fresh_set = a, j
+                prep.fresh = problem.make_inputs(shape, dtype, "cuda", rot[j % len(rot)] + j)
             for name, f in fns.items():
 
                 def sample_call(f=f, name=name):
@@ -603,19 +611,20 @@ def measure_shape(prep: Prepared, spec, cands: list[Candidate], send) -> None:
         )
         torch.cuda.synchronize()
         inputs_set = prep.graph_set
-        if prep.mode == "events" and cands:
-            # Every sample ran on the same inputs: a kernel that kept an earlier result and
-            # returned it would have been timed doing no work. So new values go into the same
-            # buffers, and each candidate is called once more exactly as it was sampled; that
-            # output is the one verified. Nothing tells this call from the samples before it
-            # (sampling stops on time and spread), so a kernel cannot compute only when it
-            # counts: one that returns an earlier result from any call on returns it here.
-            for x, y in zip(prep.inputs, prep.fresh, strict=True):
+        if prep.fresh:
+            # The samples all ran on the same values (a graph replays the same buffers; events
+            # mode calls on the same inputs), so a kernel that kept an earlier result and
+            # returned it would have been timed doing no work. New values go into the buffers
+            # of the call whose output is verified, and each candidate is sampled once more, as
+            # before; that output is the one verified. Nothing tells this sample from the ones
+            # before (sampling stops on time and spread), so a kernel cannot compute only when
+            # it counts: one that returns a kept result from any call on returns it here.
+            for x, y in zip(prep.fresh_into, prep.fresh, strict=True):
                 x.copy_(y)
             for c in range(len(cands)):
                 prep.samplers[f"candidate{c}"]()
             torch.cuda.synchronize()
-            inputs_set = timing.EVENTS_INPUT_SET
+            inputs_set = prep.fresh_set
         timed_out = prep.graph_out if prep.mode == "graph" else prep.last
         out_dir = Path(spec["out_dir"]) / f"s{i}"
         out_dir.mkdir(parents=True, exist_ok=True)

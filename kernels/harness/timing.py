@@ -30,9 +30,20 @@ SCREEN_MIN_SAMPLES = 10
 MAX_SAMPLES = 200
 GRAPH_REPS = 20
 MAX_INPUT_SETS = 32  # graph mode cycles through at most this many input sets (L2 rotation)
-# Events mode: the input set of the call whose output is verified, made after the samples on
-# new values in the same buffers (childrun.measure_shape); the caller checks it is this one.
+# The output verified while timing is that of one more sample made once sampling is over, on
+# new values copied into the buffers that call reads (childrun.measure_shape). Those values are
+# input set EVENTS_INPUT_SET in events mode; in graph mode, MAX_INPUT_SETS + the set of the
+# captured call whose output is kept (picked by the secret seed).
 EVENTS_INPUT_SET = 1
+
+
+def is_fresh_set(mode: object, inputs_set: int) -> bool:
+    """Whether `inputs_set` names new values made after the samples, in timing mode `mode`."""
+    if mode == "events":
+        return inputs_set == EVENTS_INPUT_SET
+    return MAX_INPUT_SETS <= inputs_set < 2 * MAX_INPUT_SETS
+
+
 WARMUP_S = 0.05
 SLEEP_CYCLES = 200_000  # ~100 us at H100/H200 clocks
 

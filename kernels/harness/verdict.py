@@ -334,12 +334,12 @@ def on_timed(run: Run, msg: dict, root: Path, dinfo: dict, n_cands: int) -> None
         r["notes"] = notes
         return
     inputs_set = msg.get("inputs_set", 0)
-    if not isinstance(inputs_set, int) or not 0 <= inputs_set < timing.MAX_INPUT_SETS:
+    if not isinstance(inputs_set, int) or not 0 <= inputs_set < 2 * timing.MAX_INPUT_SETS:
         run.fail("crashed", f"{r['label']}: the sandboxed process named an unknown input set")
         return
-    if msg.get("mode") == "events" and inputs_set != timing.EVENTS_INPUT_SET:
-        # Events mode verifies a call made on new values after the samples, never the samples'
-        # own inputs: a child that says otherwise did not run the harness's timing code.
+    if not timing.is_fresh_set(msg.get("mode"), inputs_set):
+        # The output verified is that of one more sample on new values, never one of the
+        # samples' own inputs: a child that says otherwise did not run the harness's timing.
         run.fail("hack_suspected", f"{r['label']}: timed output not made on new values")
         return
     which = "final" if inputs_set == 0 else f"rot{inputs_set}"

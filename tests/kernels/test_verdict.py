@@ -100,13 +100,23 @@ def test_a_timed_output_is_checked_against_the_input_set_it_was_computed_on(tmp_
     ]
 
 
-@pytest.mark.parametrize(("inputs_set", "failed"), [(0, True), (5, True), (1, False)])
-def test_events_mode_timed_outputs_must_come_from_the_call_on_new_values(
-    tmp_path: Path, inputs_set: int, failed: bool
+@pytest.mark.parametrize(
+    ("mode", "inputs_set", "failed"),
+    [
+        ("events", 0, True),
+        ("events", 5, True),
+        ("events", 1, False),
+        ("graph", 0, True),
+        ("graph", 5, True),
+        ("graph", 37, False),
+    ],
+)
+def test_timed_outputs_must_come_from_the_sample_on_new_values(
+    tmp_path: Path, mode: str, inputs_set: int, failed: bool
 ):
-    # Events-mode samples all run on the same inputs, so the output verified is that of one more
-    # call on new values (input set timing.EVENTS_INPUT_SET): a report naming another set is not
-    # the harness's timing code speaking.
+    # The samples all run on the same values, so the output verified is that of one more sample
+    # on new values (events: input set timing.EVENTS_INPUT_SET; graph: MAX_INPUT_SETS + the
+    # picked call's set): a report naming another set is not the harness's timing speaking.
     import torch
 
     from kernels import problems
@@ -116,13 +126,13 @@ def test_events_mode_timed_outputs_must_come_from_the_call_on_new_values(
     problem = problems.load("softmax")
     shape = problem.shapes("smoke")[1]
     run = verdict.Run(problem, "cpu", [shape], _seeds(1), torch.float32, None)
-    rot, j = run.seeds[0]["rot"], timing.EVENTS_INPUT_SET
-    assert j == 1
+    rot = run.seeds[0]["rot"]
+    assert timing.EVENTS_INPUT_SET == 1 and timing.MAX_INPUT_SETS == 32
     seed = rot[inputs_set % len(rot)] + inputs_set if inputs_set else run.seeds[0]["final"]
     out = childrun.write_tensor(
         problem.reference(*problem.make_inputs(shape, torch.float32, "cpu", seed)), tmp_path, "t"
     )
-    msg = {"t": "timed", "i": 0, "mode": "events", "ms": {}, "outputs": {"timed0": out},
+    msg = {"t": "timed", "i": 0, "mode": mode, "ms": {}, "outputs": {"timed0": out},
            "inputs_set": inputs_set}  # fmt: skip
     verdict.on_timed(run, msg, tmp_path, {}, 1)
 
