@@ -547,8 +547,8 @@ class _Pump:
         return {**{k: round(v, 3) for k, v in self.waited.items()}, "holds": self.holds}
 
     def share_gpu_and_verify_timed(self) -> None:
-        # The exclusive phase is over. Outputs bitwise equal to the verified ones need no
-        # GPU; only a differing one (a nondeterministic kernel) waits for the GPU, shared.
+        # The exclusive phase is over: the timed outputs are compared with their references
+        # while the GPU is shared (a reference is computed on it).
         self.release_gpu()
         if self.run.pdev == "cuda":
             self.run.need_gpu = self.take_gpu_shared

@@ -10,7 +10,6 @@ nothing the candidate's process says about correctness is believed.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import os
 import statistics
@@ -103,9 +102,6 @@ class Run:
         self.notes: list[str] = []
         self.timeline: list[tuple[str, float]] = []
         self.end_to_end: dict | None = None
-        # sha256 of each shape's verified output on the "final" inputs (the CUDA-graph
-        # replay): an output timed on those inputs with the same bits needs no second check.
-        self.final_digest: dict[int, str] = {}
         self.timed_ms: dict[int, dict] = {}  # the child's raw timing stats per shape
         self.cached: list[dict] | None = None  # baseline entries when screening
         self.retiming = False  # several candidates (or one) timed together, not evaluated
@@ -179,25 +175,11 @@ class Run:
             return False
         with contextlib.suppress(OSError):
             Path(meta["file"]).unlink()
-        # Hashed only where the digest is used, half of the outputs: the CUDA-graph output and
-        # a timed output that may be bitwise equal to it (SHA-256 of 512 MB is ~0.4 s of CPU).
-        timed_after_graph = tag.startswith("timed") and which == "final" and i in self.final_digest
-        sha = hashlib.sha256(raw).hexdigest() if tag == "graph" or timed_after_graph else None
-        if timed_after_graph and self.final_digest[i] == sha:
-            # The same bits as the output verified on the same inputs: the same verdict, with
-            # no reference to compute and no GPU to wait for.
-            self.results[i]["errors"][tag] = {
-                **self.results[i]["errors"]["graph"],
-                "detail": "bitwise equal to the verified CUDA-graph output",
-            }
-            return True
         self.need_gpu()
         out = _tensor(raw, shape, self.dtype)
         with torch.no_grad(), _REFERENCE_SLOTS:
             res = compare(out.to(self.pdev), self.oracle(i, which), self.tol)
         self.results[i]["errors"][tag] = res
-        if tag == "graph" and res["passed"] and sha is not None:
-            self.final_digest[i] = sha
         del out, raw
         if self.pdev == "cuda":
             # Freed blocks stay in this process's cache unless returned: on a shared GPU they
