@@ -18,6 +18,7 @@ import random
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -297,6 +298,13 @@ def _storage_span(t: torch.Tensor) -> tuple[int, int]:
     return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
+def _reuses_a_buffer(outs: list) -> bool:
+    """Whether two of a graph's captured calls returned overlapping storage: a call that hands
+    back an earlier call's output launches nothing when replayed, yet is timed as a call."""
+    spans = sorted(_storage_span(o) for o in outs if isinstance(o, torch.Tensor))
+    return any(b0 < a1 for (_, a1), (b0, _) in zip(spans, spans[1:], strict=False))
+
+
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     a0, a1 = _storage_span(a)
     b0, b1 = _storage_span(b)
@@ -498,12 +506,13 @@ class Prepared:
         self.last: dict[str, object] = {}  # events mode: each function's latest output
         self.graph_out: dict[str, object] = {}
         self.graph_set = 0  # graph mode: the input set of the captured call whose output is kept
-        # New values (input set `fresh_set`) copied into the buffers `fresh_into` once sampling
-        # is over, before one more sample of each candidate, whose output is the one verified
-        # (`measure_shape`)
-        self.fresh: list = []
+        # New values (input set `fresh_set`, made by `make_fresh` once sampling is over, so that
+        # no prepared shape holds a second set) copied into the buffers `fresh_into` before one
+        # more sample of each candidate, whose output is the one verified (`measure_shape`)
+        self.make_fresh: Callable[[], list] | None = None
         self.fresh_into: list = []
         self.fresh_set = 0
+        self.reused: list[str] = []  # candidates whose captured calls returned one buffer twice
 
 
 def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cache) -> Prepared:
@@ -556,7 +565,9 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
                 if cands:
                     j = timing.MAX_INPUT_SETS + prep.graph_set  # the caller's `rotJ` reference
                     prep.fresh_into, prep.fresh_set = sets[prep.graph_set], j
-                    prep.fresh = problem.make_inputs(shape, dtype, "cuda", rot[j % len(rot)] + j)
+                    prep.make_fresh = functools.partial(
+                        problem.make_inputs, shape, dtype, "cuda", rot[j % len(rot)] + j
+                    )
                 for name, f in fns.items():
                     calls = [(lambda s=s, f=f: call(f, s)) for s in sets]
                     g, outs = timing.capture(calls, reps)
@@ -564,6 +575,8 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
                     prep.samplers[name] = timing.graph_sampler(g)
                     prep.div[name] = reps
                     prep.graph_out[name] = outs[pick]
+                    if name.startswith("candidate") and _reuses_a_buffer(outs):
+                        prep.reused.append(name)
                 prep.keep.append(sets)
                 prep.mode = "graph"
             except Exception as e:
@@ -573,13 +586,16 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
                 prep.samplers.clear()
                 prep.graph_out.clear()
                 prep.keep = [a]
-                prep.fresh, prep.fresh_into, prep.graph_set = [], [], 0
+                prep.make_fresh, prep.fresh_into, prep.graph_set = None, [], 0
+                prep.reused.clear()
                 torch.cuda.synchronize()
         if prep.mode == "events":
             if cands:
                 rot, j = seeds["rot"], timing.EVENTS_INPUT_SET  # the caller's `rotJ` reference
                 prep.fresh_into, prep.fresh_set = a, j
-                prep.fresh = problem.make_inputs(shape, dtype, "cuda", rot[j % len(rot)] + j)
+                prep.make_fresh = functools.partial(
+                    problem.make_inputs, shape, dtype, "cuda", rot[j % len(rot)] + j
+                )
             for name, f in fns.items():
 
                 def sample_call(f=f, name=name):
@@ -611,7 +627,7 @@ def measure_shape(prep: Prepared, spec, cands: list[Candidate], send) -> None:
         )
         torch.cuda.synchronize()
         inputs_set = prep.graph_set
-        if prep.fresh:
+        if prep.make_fresh is not None:
             # The samples all ran on the same values (a graph replays the same buffers; events
             # mode calls on the same inputs), so a kernel that kept an earlier result and
             # returned it would have been timed doing no work. New values go into the buffers
@@ -619,8 +635,10 @@ def measure_shape(prep: Prepared, spec, cands: list[Candidate], send) -> None:
             # before; that output is the one verified. Nothing tells this sample from the ones
             # before (sampling stops on time and spread), so a kernel cannot compute only when
             # it counts: one that returns a kept result from any call on returns it here.
-            for x, y in zip(prep.fresh_into, prep.fresh, strict=True):
+            fresh = prep.make_fresh()
+            for x, y in zip(prep.fresh_into, fresh, strict=True):
                 x.copy_(y)
+            del fresh
             for c in range(len(cands)):
                 prep.samplers[f"candidate{c}"]()
             torch.cuda.synchronize()
@@ -638,6 +656,7 @@ def measure_shape(prep: Prepared, spec, cands: list[Candidate], send) -> None:
         ms=results,
         outputs=outputs,
         inputs_set=inputs_set,
+        reused=prep.reused,
         notes=prep.notes,
         quick_ms={n: round(q, 6) for n, q in prep.quick.items()},
     )

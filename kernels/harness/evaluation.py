@@ -415,15 +415,6 @@ def run(
             }
         )
         pump.loop()
-        if any(cat == "crashed" for cat, _ in run_.failures):
-            # Not the candidate's failure if the problem itself fails: checked here, on the
-            # shape the child was at (every shape when it was at none), not taken on its word.
-            if run_.pdev == "cuda":
-                pump.take_gpu_shared()
-            at = [pump.shape] if pump.shape is not None else range(len(shapes))
-            fault = next(filter(None, (run_.problem_fault(i) for i in at)), None)
-            if fault:
-                raise problems.ProblemError(f"{fault}; the candidate was not judged")
         if not request.extra.get("profile"):  # a profiling run observes; it judges nothing
             rules.require_complete(
                 run_,
@@ -437,6 +428,18 @@ def run(
     finally:
         pump.release_gpu()
         child.close()
+    if any(cat == "crashed" for cat, _ in run_.failures):
+        # Not the candidate's failure if the problem itself fails: checked here, once the child
+        # is gone, on the shape it was at (every shape when it was at none), not on its word.
+        if run_.pdev == "cuda":
+            pump.take_gpu_shared()
+        try:
+            at = [pump.shape] if pump.shape is not None else range(len(shapes))
+            fault = next(filter(None, (run_.problem_fault(i) for i in at)), None)
+        finally:
+            pump.release_gpu()
+        if fault:
+            raise problems.ProblemError(f"{fault}; the candidate was not judged")
     run_._oracles.clear()
     if run_.pdev == "cuda":
         torch.cuda.empty_cache()

@@ -33,8 +33,9 @@ MAX_INPUT_SETS = 32  # graph mode cycles through at most this many input sets (L
 # The output verified while timing is that of one more sample made once sampling is over, on
 # new values copied into the buffers that call reads (childrun.measure_shape). Those values are
 # input set EVENTS_INPUT_SET in events mode; in graph mode, MAX_INPUT_SETS + the set of the
-# captured call whose output is kept (picked by the secret seed).
-EVENTS_INPUT_SET = 1
+# captured call whose output is kept (picked by the secret seed). No other input set of the
+# shape has those seeds.
+EVENTS_INPUT_SET = 2 * MAX_INPUT_SETS
 
 
 def is_fresh_set(mode: object, inputs_set: int) -> bool:

@@ -254,3 +254,28 @@ def test_a_candidate_that_crashes_on_a_sound_problem_is_still_crashed(tmp_path):
     report = json.loads(out.read_text())
     assert report["failure"] == "crashed"
     assert report["reasons"] == ["crashed: RuntimeError: kernel bug"]
+
+
+def test_a_problem_out_of_memory_in_the_check_leaves_the_candidate_judged(tmp_path):
+    # Out of memory (or a device error) while the caller checks the problem says nothing about
+    # the problem on a GPU others share, and a candidate could leave it so: judged as before.
+    from tests.kernels.test_cli import CANDIDATE
+
+    old = "def make_inputs(shape, dtype, device, generator):\n"
+    new = old + '    if shape["N"] == 5000:\n        raise MemoryError("no room")\n'
+    (tmp_path / "tight.py").write_text(ROWSCALE.replace(old, new))
+    cand = tmp_path / "scale.py"
+    cand.write_text(CANDIDATE.replace("FACTOR", "2.0"))
+    out = tmp_path / "report.json"
+
+    res = cli(
+        *("evaluate", "--problem", "tight", "--candidate", cand, "--device", "interpret"),
+        *("--json", out, "--quiet"),
+        env={"AUTOWEB_PROBLEM_DIRS": str(tmp_path)},
+    )
+
+    assert res.returncode == 1, res.stdout + res.stderr
+    report = json.loads(out.read_text())
+    assert report["failure"] == "crashed"
+    assert any("the problem could not be checked: MemoryError: no room" in n
+               for n in report["notes"]), report["notes"]  # fmt: skip

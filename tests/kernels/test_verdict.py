@@ -62,8 +62,9 @@ def test_a_timed_output_is_checked_against_the_input_set_it_was_computed_on(tmp_
     ("mode", "inputs_set", "failed"),
     [
         ("events", 0, True),
-        ("events", 5, True),
-        ("events", 1, False),
+        ("events", 1, True),
+        ("events", 37, True),
+        ("events", 64, False),
         ("graph", 0, True),
         ("graph", 5, True),
         ("graph", 37, False),
@@ -74,7 +75,8 @@ def test_timed_outputs_must_come_from_the_sample_on_new_values(
 ):
     # The samples all run on the same values, so the output verified is that of one more sample
     # on new values (events: input set timing.EVENTS_INPUT_SET; graph: MAX_INPUT_SETS + the
-    # picked call's set): a report naming another set is not the harness's timing speaking.
+    # picked call's set): a report naming another set is not the harness's timing speaking,
+    # and a captured call that handed back another call's output is results reused.
     import torch
 
     from kernels import problems
@@ -85,7 +87,7 @@ def test_timed_outputs_must_come_from_the_sample_on_new_values(
     shape = problem.shapes("smoke")[1]
     run = verdict.Run(problem, "cpu", [shape], _seeds(1), torch.float32, None)
     rot = run.seeds[0]["rot"]
-    assert timing.EVENTS_INPUT_SET == 1 and timing.MAX_INPUT_SETS == 32
+    assert timing.EVENTS_INPUT_SET == 64 and timing.MAX_INPUT_SETS == 32
     seed = rot[inputs_set % len(rot)] + inputs_set if inputs_set else run.seeds[0]["final"]
     out = childrun.write_tensor(
         problem.reference(*problem.make_inputs(shape, torch.float32, "cpu", seed)), tmp_path, "t"
@@ -102,3 +104,30 @@ def test_timed_outputs_must_come_from_the_sample_on_new_values(
             run.failures
         )
         assert run.results[0]["errors"]["timed0"]["passed"]
+
+
+def test_a_captured_call_handing_back_another_calls_output_is_results_reused(tmp_path: Path):
+    import torch
+
+    from kernels import problems
+    from kernels.harness.evaluation import _seeds
+
+    base = torch.zeros(64)
+    own = [torch.zeros(8) for _ in range(4)]
+    assert not childrun._reuses_a_buffer(own)
+    assert childrun._reuses_a_buffer([*own, own[2]])  # the same tensor twice
+    assert childrun._reuses_a_buffer([base[:8], base[32:40]])  # views of one storage
+    assert not childrun._reuses_a_buffer([torch.zeros(0), torch.zeros(0)])
+
+    problem = problems.load("softmax")
+    run = verdict.Run(problem, "cpu", problem.shapes("smoke")[:1], _seeds(1), torch.float32, None)
+    msg = {"t": "timed", "i": 0, "mode": "graph", "ms": {}, "outputs": {}, "inputs_set": 40,
+           "reused": ["candidate0"]}  # fmt: skip
+    verdict.on_timed(run, msg, tmp_path, {}, 1)
+    label = run.results[0]["label"]
+    assert run.failures == [
+        (
+            "hack_suspected",
+            f"{label}: a captured call returned another call's output (results reused)",
+        )
+    ]
