@@ -9,6 +9,9 @@ serve every search and every review in turn. Each such job uses
   expires when the holder stops renewing it (a killed process), and is renewed or released only
   by its holder;
 - `slice_over`: a slice ends when its time is up, or after one pass while another job waits;
+- `pace` and `passed`: a thing's passes are at least a poll interval apart, whichever job
+  makes them, so that a few things handing over to each other after one pass each are not
+  stepped back to back;
 - `enqueue`: a JSON job on the queue (`kernels.queues`), with what every control job shares
   (no timeout: it ends its own slice);
 - recovery: each app registers in its `AppConfig.ready()` what it resumes when an orchestrator
@@ -19,6 +22,7 @@ It imports neither web app (docs/architecture.md).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import uuid
@@ -68,6 +72,32 @@ def slice_over(conn: redis.Redis, elapsed: float, slice_s: float) -> bool:
         return search_queue(conn).count > 0
     except redis.RedisError:
         return False
+
+
+def pass_key(what: str) -> str:
+    return f"autoweb:pass:{what}"
+
+
+def pace(conn: redis.Redis, what: str, poll_s: float) -> None:
+    """Wait until `poll_s` has passed since the last pass over `what` (`passed`), whichever job
+    made it. A slice hands over after one pass while other jobs wait: with two things and one
+    orchestrator each would otherwise come straight back, and the two would be stepped back to
+    back, dozens of passes a second of database and Redis round trips (a core of the GPU host)
+    for work that takes seconds. With many things a round takes longer than `poll_s` and no
+    pass waits."""
+    try:
+        raw = conn.get(pass_key(what))
+        wait = float(raw) + poll_s - time.time() if raw is not None else 0.0
+    except (redis.RedisError, ValueError):
+        return
+    if wait > 0:
+        time.sleep(min(wait, poll_s))
+
+
+def passed(conn: redis.Redis, what: str, poll_s: float) -> None:
+    """A pass over `what` has just been made (`pace`)."""
+    with contextlib.suppress(redis.RedisError):
+        conn.set(pass_key(what), repr(time.time()), ex=max(60, math.ceil(4 * poll_s)))
 
 
 class Lease:

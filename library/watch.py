@@ -46,6 +46,7 @@ def watch(review_id: int, *, poll_s: float = POLL_S, slice_s: float = SLICE_S) -
     lease = control.Lease(conn, lease_key(review_id), slice_s + 30)
     if not lease.acquire():
         return "another watcher holds this review"
+    control.pace(conn, f"review-{review_id}", poll_s)
     try:
         while True:
             review = Review.objects.select_related("trial__search__idea").get(pk=review_id)
@@ -54,6 +55,7 @@ def watch(review_id: int, *, poll_s: float = POLL_S, slice_s: float = SLICE_S) -
                     return review.outcome
             except redis.RedisError as e:
                 log.warning("review %s: Redis unavailable (%s); retrying", review_id, e)
+            control.passed(conn, f"review-{review_id}", poll_s)
             if control.slice_over(conn, time.monotonic() - started, slice_s):
                 lease.release()  # before the next slice could look for it
                 control.enqueue(conn, WATCH_REVIEW_JOB, review_id)

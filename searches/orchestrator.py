@@ -696,6 +696,7 @@ def run_search(search_id: int, *, poll_s: float = POLL_S, slice_s: float | None 
         _started(loop.conn, search_id, job.id if job is not None else None)
     if not held:
         return "another loop holds this search"
+    control.pace(loop.conn, f"search-{search_id}", poll_s)
     started = time.monotonic()
     active = True
     errors = 0
@@ -706,6 +707,7 @@ def run_search(search_id: int, *, poll_s: float = POLL_S, slice_s: float | None 
                     return "lost the lease to another loop"
                 active = loop.step()
                 errors = 0
+                control.passed(loop.conn, f"search-{search_id}", poll_s)
             except redis.RedisError as e:  # Redis restarting: the database keeps every trial
                 log.warning("search %s: Redis unavailable (%s); retrying", search_id, e)
                 time.sleep(1.0)

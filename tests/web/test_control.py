@@ -65,6 +65,27 @@ def test_a_slice_goes_on_while_redis_is_down(dead_redis):
     assert not control.slice_over(conn, 1.0, 5.0)
 
 
+def test_passes_over_a_thing_are_paced_by_the_poll_interval(redis_url):
+    started = time.monotonic()
+    control.pace(redis_url, "test-thing", 5.0)  # never passed over: no wait
+    assert time.monotonic() - started < 1.0
+    control.passed(redis_url, "test-thing", 0.4)
+    control.pace(redis_url, "test-thing", 0.4)
+    assert time.monotonic() - started >= 0.4
+    redis_url.set(control.pass_key("test-thing"), "not a time")
+    started = time.monotonic()
+    control.pace(redis_url, "test-thing", 5.0)  # unreadable: no wait rather than a crash
+    assert time.monotonic() - started < 1.0
+
+
+def test_pacing_goes_on_while_redis_is_down(dead_redis):
+    conn = control.redis_conn()
+    control.passed(conn, "test-thing", 5.0)
+    started = time.monotonic()
+    control.pace(conn, "test-thing", 5.0)
+    assert time.monotonic() - started < 4.0
+
+
 def test_every_app_registers_what_an_orchestrator_resumes(monkeypatch):
     # Registered in SearchesConfig.ready() and LibraryConfig.ready(), in INSTALLED_APPS order.
     assert list(control._recoveries) == ["active search(es)", "re-validating approval(s)"]

@@ -10,6 +10,7 @@ import pytest
 import redis
 from django.contrib.auth import get_user_model
 
+from core import control
 from kernels.queues import fetch_job
 from searches import orchestrator, services
 from searches.models import Search
@@ -86,3 +87,23 @@ def test_twenty_searches_one_orchestrator_bounded_queue_and_every_search_gets_tu
     assert max(first_turn.values()) - min(first_turn.values()) < 15, first_turn
     assert longest <= 21, longest  # one job per search (+ one handing over)
     assert len(seen_twice) == 20, f"searches with one turn only: {set(first_turn) - seen_twice}"
+
+
+def test_a_search_handed_straight_back_waits_out_its_poll_interval(env):
+    # Two searches, one orchestrator: a slice hands over after one pass because the other
+    # search's job waits, and the search comes straight back. Its next pass still waits until
+    # poll_s has passed since its last one, so two searches are not stepped back to back
+    # dozens of times a second.
+    a, _b = _searches(2, ["h200"])  # no worker: a pass enqueues a trial and returns
+    conn = env["redis"]
+
+    started = time.monotonic()
+    orchestrator.run_search(a.pk, poll_s=5.0, slice_s=60)
+    assert time.monotonic() - started < 4.0  # no earlier pass: no wait
+    first = float(conn.get(control.pass_key(f"search-{a.pk}")))
+    assert len(_queued_searches(conn)) == 2  # handed over after one pass, waiting again
+
+    orchestrator.run_search(a.pk, poll_s=0.6, slice_s=60)
+
+    second = float(conn.get(control.pass_key(f"search-{a.pk}")))
+    assert second - first >= 0.6, (first, second)
