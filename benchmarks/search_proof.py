@@ -12,7 +12,7 @@ Phases (each on the full sweep):
 2. `before`: `--before` evaluations of distinct knob configurations the old way (both
    baselines compiled and timed with every candidate, a fixed 0.5 s of timing per shape);
 3. `after`: `--throughput` screening evaluations of distinct configurations (cached baselines,
-   adaptive timing, `--jobs` in flight);
+   adaptive timing, `--jobs` on the GPU and `--ahead` more loading and compiling meanwhile);
 4. `tune`: the tuner from the seed (`--trials`, at most `--tune-minutes` of proposing), its
    wins confirmed by interleaved re-times, then its best candidates and both baselines timed
    together for the per-shape table.
@@ -109,10 +109,10 @@ def _median(xs: list[float]) -> float | None:
     return round(xs[len(xs) // 2], 3) if xs else None
 
 
-def rate(sources: list[str], jobs: int, ev) -> dict:
-    """Evaluate the sources with `jobs` in flight; evaluations per minute of wall clock, over
-    the whole run and in the steady state (between the first and the last `jobs` finishing,
-    where the pipeline is full)."""
+def rate(sources: list[str], jobs: int, ev, ahead: int = 0) -> dict:
+    """Evaluate the sources with `jobs` + `ahead` in flight (`ev` bounds those on the GPU);
+    evaluations per minute of wall clock, over the whole run and in the steady state (between
+    the first and the last `jobs` finishing, where the pipeline is full)."""
     done_at: list[float] = []
     t0 = time.perf_counter()
 
@@ -122,7 +122,7 @@ def rate(sources: list[str], jobs: int, ev) -> dict:
             done_at.append(time.perf_counter() - t0)
         return report
 
-    with HostLoad() as load, ThreadPoolExecutor(jobs) as pool:
+    with HostLoad() as load, ThreadPoolExecutor(jobs + ahead) as pool:
         reports = list(pool.map(one, sources))
     minutes = (time.perf_counter() - t0) / 60
     done_at.sort()
@@ -134,6 +134,7 @@ def rate(sources: list[str], jobs: int, ev) -> dict:
     return {
         "evaluations": len(reports),
         "jobs": jobs,
+        "ahead": ahead,
         "minutes": round(minutes, 3),
         "per_minute": round(len(reports) / minutes, 1) if minutes else None,
         "steady_per_minute": steady,
@@ -145,7 +146,7 @@ def rate(sources: list[str], jobs: int, ev) -> dict:
         "gpu_wait": [r.get("gpu_wait") for r in reports],
         "median_gpu_wait": {
             k: _median([(r.get("gpu_wait") or {}).get(k) for r in reports])
-            for k in ("shared_s", "exclusive_s", "holds")
+            for k in ("shared_s", "exclusive_s", "holds", "slot_s")
         },
         "host_cpu": load.summary(),
         "shape_ms": [[sh.get("candidate_ms") for sh in r.get("shapes", [])] for r in reports],
@@ -163,7 +164,13 @@ def main() -> int:
     ap.add_argument("--problem", default="token_logprobs")
     ap.add_argument("--before", type=int, default=8)
     ap.add_argument("--throughput", type=int, default=48)
-    ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--jobs", type=int, default=12, help="evaluations on the GPU at once")
+    ap.add_argument(
+        "--ahead",
+        type=int,
+        default=4,
+        help="evaluations beyond --jobs loading and compiling meanwhile (the screening phase)",
+    )
     ap.add_argument("--trials", type=int, default=120)
     ap.add_argument("--tune-minutes", type=float, default=5.0)
     ap.add_argument("--budget", type=float, default=0.5)
@@ -189,7 +196,7 @@ def main() -> int:
     shapes = problem.shapes(tier)
     # More warm sandboxes than evaluations in flight: a finished one is replaced in the
     # background, and the next evaluation should not wait for Python, torch and CUDA to start.
-    pool = Pool(args.device, size=args.jobs + 4)
+    pool = Pool(args.device, size=args.jobs + args.ahead + 4)
     cache = (
         BaselineCache(Path(os.environ.get("TMPDIR", "/tmp")) / "autoweb-search-proof")
         if gpu
@@ -224,10 +231,12 @@ def main() -> int:
             save()
         # 3. after: screening with the cache
         if args.throughput:
+            slots = threading.Semaphore(args.jobs) if args.ahead else None
             out["after"] = rate(
                 variants[args.before :],
                 args.jobs,
-                lambda s: evaluate(problem, s, baselines=cache, **common),
+                lambda s: evaluate(problem, s, baselines=cache, gpu_slots=slots, **common),
+                ahead=args.ahead,
             )
             log(
                 "after:",
@@ -241,17 +250,20 @@ def main() -> int:
         # 4. the tune from the seed
         if args.trials:
             t0 = time.perf_counter()
+            tslots = threading.Semaphore(args.jobs) if args.ahead else None
             tuner = Tuner(
                 seed,
                 trials=args.trials,
-                evaluate=lambda s: evaluate(problem, s, baselines=cache, **common),
+                evaluate=lambda s: evaluate(
+                    problem, s, baselines=cache, gpu_slots=tslots, **common
+                ),
                 retime=(lambda srcs: retime(problem, srcs, baselines=cache, **common))
                 if gpu
                 else None,
                 together=(lambda srcs: time_together(problem, srcs, baselines=cache, **common))
                 if gpu
                 else None,
-                jobs=args.jobs,
+                jobs=args.jobs + args.ahead,
                 max_minutes=args.tune_minutes,
                 on_trial=lambda r: log(f"[{r['index']:3d}]", r["description"]),
             )

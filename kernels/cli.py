@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from kernels import problems
@@ -189,6 +190,11 @@ def cmd_tune(args) -> int:
         raise UsageError("--trials must be at least 1")
     if not 1 <= args.jobs <= MAX_JOBS:
         raise UsageError(f"--jobs must be from 1 to {MAX_JOBS}")
+    ahead = args.ahead if args.ahead is not None else args.jobs // 3
+    if not 0 <= ahead <= MAX_JOBS - args.jobs:
+        raise UsageError(f"--ahead must be from 0 to {MAX_JOBS - args.jobs} (--jobs + --ahead)")
+    if dev != "cuda":
+        ahead = 0  # the interpreter has no GPU stage to wait for: --jobs run end to end
     if args.minutes is not None and not args.minutes > 0:
         raise UsageError("--minutes must be above 0")
     if not 0 < args.rel_ci < 1:
@@ -210,14 +216,18 @@ def cmd_tune(args) -> int:
     # shapes and versions); the interpreter times nothing.
     cache = BaselineCache() if dev == "cuda" and not args.no_cache else None
     # One spare: a finished sandbox is replaced meanwhile. No more than the trials need.
-    pool = Pool(dev, size=min(args.jobs, args.trials) + 1)
+    pool = Pool(dev, size=min(args.jobs + ahead, args.trials) + 1)
+    # --jobs evaluations on the GPU at once, --ahead more loading and compiling meanwhile.
+    slots = threading.Semaphore(args.jobs) if ahead else None
     common = dict(
         device=dev, tier=args.shapes, timeout_s=args.timeout, pool=pool, budget_s=args.budget
     )
     try:
 
         def ev(src: str) -> dict:
-            return evaluate(problem, src, baselines=cache, rel_ci=args.rel_ci, **common)
+            return evaluate(
+                problem, src, baselines=cache, rel_ci=args.rel_ci, gpu_slots=slots, **common
+            )
 
         def rt(srcs: list[str]) -> list[dict]:
             return retime(problem, srcs, baselines=cache, **common)
@@ -236,7 +246,7 @@ def cmd_tune(args) -> int:
             together=together if dev == "cuda" and not args.no_table else None,
             seed=args.seed,
             on_trial=on_trial,
-            jobs=args.jobs,
+            jobs=args.jobs + ahead,
             max_minutes=args.minutes,
         )
         print(f"strategy: {tuner.strategy}: {tuner.proposer.why}", flush=True)
@@ -417,7 +427,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         type=int,
         default=2,
-        help="candidates evaluated at once (each in its own warm sandbox)",
+        help="candidates on the GPU at once, verifying and timing (each in its own warm sandbox)",
+    )
+    p.add_argument(
+        "--ahead",
+        type=int,
+        default=None,
+        help="on a GPU, candidates beyond --jobs that load and compile meanwhile, so that one "
+        "is ready whenever a GPU slot frees (default: a third of --jobs, rounded down)",
     )
     p.add_argument("--out", help="write the best candidate source here")
     p.add_argument(

@@ -16,6 +16,7 @@ import math
 import os
 import secrets
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -77,6 +78,7 @@ def evaluate(
     baselines: bl.BaselineCache | None = None,
     rel_ci: float = 0.01,
     compile_timeout_s: float | None = None,
+    gpu_slots: threading.Semaphore | None = None,
 ) -> dict:
     """Evaluate one candidate source; returns the report (docs/harness.md, Report).
 
@@ -87,6 +89,8 @@ def evaluate(
     baselines interleaved for `budget_s` (what confirmations and re-validation use).
     `compile_timeout_s` caps loading and compiling the candidate (a failure `timeout`; by
     default SCREEN_COMPILE_TIMEOUT_S when screening, no cap otherwise).
+    `gpu_slots`, shared by the evaluations a caller keeps in flight, bounds how many of them are
+    past loading and compiling at once (`run`).
 
     `skip_static_checks` exists for tests that prove the run-time defences hold on their own.
     """
@@ -107,9 +111,11 @@ def evaluate(
         compile_timeout_s=compile_timeout_s,
     )
     if baselines is None or dev != "cuda":
-        return run(request, on_event=on_event, pool=pool)
+        return run(request, on_event=on_event, pool=pool, gpu_slots=gpu_slots)
     request = replace(request, compile_timeout_s=compile_timeout_s or SCREEN_COMPILE_TIMEOUT_S)
-    return _screen(problem, request, baselines, rel_ci, on_event=on_event, pool=pool)
+    return _screen(
+        problem, request, baselines, rel_ci, on_event=on_event, pool=pool, gpu_slots=gpu_slots
+    )
 
 
 def _screen(
@@ -120,6 +126,7 @@ def _screen(
     *,
     on_event: Event | None,
     pool: sandbox.Pool | None,
+    gpu_slots: threading.Semaphore | None = None,
 ) -> dict:
     dev = request.device
     shapes = [dict(s) for s in (request.shapes or problem.shapes(request.tier))]
@@ -145,7 +152,7 @@ def _screen(
         "modes": {str(i): e["mode"] for i, e in enumerate(entries)},
     }
     request = replace(request, shapes=tuple(shapes), baselines_compiled=False, extra=extra)
-    report = run(request, on_event=on_event, pool=pool, cached=entries)
+    report = run(request, on_event=on_event, pool=pool, cached=entries, gpu_slots=gpu_slots)
     now = next((s.get("canary_eager") for s in report["shapes"] if s.get("canary_eager")), None)
     if report["verdict"] != "accepted":
         now = None  # nothing to place, and a rejected candidate's canary proves nothing
@@ -348,12 +355,20 @@ def run(
     pool: sandbox.Pool | None = None,
     wrapper: list[str] | None = None,
     cached: list[dict] | None = None,
+    gpu_slots: threading.Semaphore | None = None,
 ) -> dict:
     """Run the harness once; returns the report (docs/harness.md, Report).
 
     `on_event` receives progress (`{"phase", "shape", "of"}`); `pool` lends a started sandbox;
     `wrapper` is a command the sandboxed child runs under (a profiler), its directory then kept
     (`report["sandbox_dir"]`); `cached` are baseline entries per shape when screening.
+
+    `gpu_slots` (a semaphore the caller shares between the evaluations it keeps in flight) is
+    taken when the child first asks for the GPU, that is once the candidate has loaded and
+    compiled, and given back when the run ends. A caller keeps more evaluations in flight than
+    slots, so the next candidates compile while others verify and time, and a configuration
+    that compiles for its whole budget holds no GPU slot. The wait for a slot does not count
+    against the child's timeout; the report's `gpu_wait` says how long it was (`slot_s`).
     """
     started = time.monotonic()
     problem = problems.load(request.problem, list(request.problem_dirs) or None)
@@ -389,7 +404,7 @@ def run(
         if pool is not None
         else sandbox.Child(dev, wrapper=wrapper, keep_dir=wrapper is not None, **kw)
     )
-    pump = _Pump(run_, child, request, dinfo, n_sources=len(sources))
+    pump = _Pump(run_, child, request, dinfo, n_sources=len(sources), slots=gpu_slots)
     try:
         child.wait_ready()
         paths = []
@@ -427,6 +442,7 @@ def run(
         run_.fail("crashed", str(e))
     finally:
         pump.release_gpu()
+        pump.release_slot()
         child.close()
     if any(cat == "crashed" for cat, _ in run_.failures):
         # Not the candidate's failure if the problem itself fails: checked here, once the child
@@ -454,6 +470,8 @@ def run(
         "confinement": child.confined,
         "peak_rss_mb": round(child.peak_rss / 2**20, 1),
     }
+    if child.cuda_sync:
+        out["sandbox"]["cuda_sync"] = child.cuda_sync
     return out
 
 
@@ -482,6 +500,9 @@ class _Pump:
     waited: dict[str, float] = field(default_factory=lambda: {"shared_s": 0.0, "exclusive_s": 0.0})
     holds: int = 0
     shape: int | None = None  # the shape the child last said it works on
+    slots: threading.Semaphore | None = None  # `run`'s gpu_slots
+    slotted: bool = False  # this run holds one of them
+    slot_wait: float = 0.0  # seconds waited for it: the child's deadline moves on by as much
 
     @property
     def out_root(self) -> Path:
@@ -502,10 +523,11 @@ class _Pump:
         compiled = False
         done = False
         while not done:
-            msg = self.child.next(deadline if compiled else min(deadline, compile_deadline))
+            until = deadline + self.slot_wait
+            msg = self.child.next(until if compiled else min(until, compile_deadline))
             t = msg["t"]
             compiled = compiled or t == "want_gpu" or msg.get("phase") == "verifying"
-            if t == "timeout" and not compiled and time.monotonic() < deadline:
+            if t == "timeout" and not compiled and time.monotonic() < until:
                 self.run.fail(
                     "timeout",
                     f"compiling took over {compile_s:.0f} s (the compile budget); "
@@ -539,6 +561,20 @@ class _Pump:
     def take_gpu_shared(self) -> None:
         if self.lock is None:
             self.take_gpu(shared=True)
+
+    def take_slot(self) -> None:
+        if self.slots is None or self.slotted:
+            return
+        asked = time.monotonic()
+        self.slots.acquire()
+        self.slotted = True
+        self.slot_wait = time.monotonic() - asked
+        self.waited["slot_s"] = self.slot_wait
+
+    def release_slot(self) -> None:
+        if self.slotted:
+            self.slotted = False
+            self.slots.release()
 
     def take_gpu(self, shared: bool) -> None:
         asked = time.monotonic()
@@ -579,6 +615,7 @@ class _Pump:
     def want_gpu(self, msg: dict) -> bool:
         if self.run.pdev != "cuda":
             return self._unexpected(msg)
+        self.take_slot()  # the first ask: the candidate has loaded and compiled
         if msg.get("shared"):
             # Asked again between two shapes: the hold is given up first, so a timing phase
             # waiting at the turnstile goes ahead of this process's next shape.

@@ -62,6 +62,28 @@ def _send_sweeping(**msg) -> None:
     send(**msg)
 
 
+def blocking_sync() -> bool:
+    """Have this process's CUDA context block on a synchronisation primitive while it waits for
+    the GPU (`AUTOWEB_CUDA_SYNC=blocking`) rather than spin on a core, which CUDA's own choice
+    does with fewer contexts than cores. A dozen sandboxes verify at once on one GPU, each
+    waiting on kernels of the others; spinning, they take cores that could compile the next
+    candidates. Timings are taken with CUDA events, on the GPU, so how the host waits does not
+    enter them. Called before the context exists; False where the driver refuses (the context
+    then makes CUDA's own choice)."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    dev = ctypes.c_int()
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0:
+        return False
+    set_flags = getattr(cuda, "cuDevicePrimaryCtxSetFlags_v2", None)
+    set_flags = set_flags or cuda.cuDevicePrimaryCtxSetFlags
+    return set_flags(dev, ctypes.c_uint(4)) == 0  # CU_CTX_SCHED_BLOCKING_SYNC
+
+
 def recv() -> dict:
     line = sys.stdin.readline()
     if not line:
@@ -80,6 +102,7 @@ def main(confined: dict | None = None) -> None:
     import triton.language  # noqa: F401
 
     device = os.environ.get("AUTOWEB_DEVICE", "cpu")
+    sync = None  # how the CUDA context waits for the GPU: "auto" (CUDA's choice) or "blocking"
     if device == "cuda":
         # Creating a CUDA context disturbs a kernel being timed in another process: take the
         # GPU's lock shared, as verification does, so it waits while anyone is timing.
@@ -87,6 +110,9 @@ def main(confined: dict | None = None) -> None:
 
         with open(os.environ["AUTOWEB_GPU_LOCK"], "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_SH)
+            sync = "auto"
+            if os.environ.get("AUTOWEB_CUDA_SYNC") == "blocking" and blocking_sync():
+                sync = "blocking"
             torch.cuda.init()
             torch.empty(1, device="cuda")
             torch.cuda.synchronize()
@@ -100,7 +126,7 @@ def main(confined: dict | None = None) -> None:
         from kernels.harness import seccomp
 
         confined["sockets_denied"] = seccomp.deny_sockets()
-    send(t="ready", pid=os.getpid(), confined=confined)
+    send(t="ready", pid=os.getpid(), confined=confined, cuda_sync=sync)
     spec = recv()
     try:
         from kernels.harness import childrun

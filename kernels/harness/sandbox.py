@@ -52,6 +52,7 @@ _BOOT = (
     "from kernels.harness.runner import main; main(c)"
 )
 _PASS_ENV = (
+    "AUTOWEB_CUDA_SYNC",  # "blocking": the child's CUDA context blocks while it waits (runner)
     "CUDA_VISIBLE_DEVICES",
     "LD_LIBRARY_PATH",
     "CUDA_HOME",
@@ -223,6 +224,7 @@ class Child:
         self._reader.start()
         self.ready = False
         self.confined: dict = {}
+        self.cuda_sync: str | None = None  # on a GPU: how its CUDA context waits (runner)
         self._dead_since: float | None = None
         self.peak_rss = 0
 
@@ -307,6 +309,8 @@ class Child:
         confined = msg.get("confined")
         # Told by the child before any candidate code ran, so it can be believed.
         self.confined = confined if isinstance(confined, dict) else {}
+        sync = msg.get("cuda_sync")
+        self.cuda_sync = sync if sync in ("auto", "blocking") else None
         self.ready = True
 
     def log_tail(self, n: int = 3000) -> str:

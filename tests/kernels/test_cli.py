@@ -158,8 +158,17 @@ def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
         (["--trials", "-3"], "--trials must be at least 1"),
         (["--minutes", "0"], "--minutes must be above 0"),
         (["--minutes", "-1.5"], "--minutes must be above 0"),
+        (["--ahead", "-1"], "--ahead must be from 0 to 254 (--jobs + --ahead)"),
+        (["--jobs", "200", "--ahead", "57"], "--ahead must be from 0 to 56 (--jobs + --ahead)"),
     ],
-    ids=["zero_trials", "negative_trials", "zero_minutes", "negative_minutes"],
+    ids=[
+        "zero_trials",
+        "negative_trials",
+        "zero_minutes",
+        "negative_minutes",
+        "negative_ahead",
+        "too_many_in_flight",
+    ],
 )
 def test_tune_exits_2_on_a_budget_that_allows_nothing(args: list, message: str) -> None:
     res = cli("tune", "--problem", "softmax", "--device", "interpret", *args)

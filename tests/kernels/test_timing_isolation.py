@@ -4,6 +4,8 @@ candidate sharing the GPU lets it go between shapes."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from kernels import problems
 from kernels.harness import evaluate, retime, sandbox
 from kernels.harness.baselines import BaselineCache
+from kernels.harness.evaluation import _Pump
 
 SEED = (Path(__file__).resolve().parents[2] / "kernels" / "seeds" / "softmax.py").read_text()
 
@@ -90,3 +93,70 @@ def test_a_retime_in_the_cached_modes_prepares_while_the_gpu_is_shared(
 
     assert all(r["geomean_ms"] for r in plain), plain
     assert holds.index("exclusive") == 1, holds
+
+
+def test_a_gpu_slot_is_held_once_per_run_and_its_wait_is_reported() -> None:
+    slots = threading.Semaphore(1)
+    pump = _Pump(run=None, child=None, request=None, dinfo={}, n_sources=1, slots=slots)
+    slots.acquire()  # another evaluation is on the GPU
+    threading.Timer(0.3, slots.release).start()
+
+    pump.take_slot()
+
+    assert pump.slotted and pump.slot_wait >= 0.25, pump.slot_wait
+    assert pump.gpu_wait()["slot_s"] == round(pump.slot_wait, 3)
+    pump.take_slot()  # the child asks again between shapes: the run already holds its slot
+    assert pump.slot_wait >= 0.25
+    assert not slots.acquire(blocking=False)
+    pump.release_slot()
+    pump.release_slot()  # given back once, however often the run ends
+    assert slots.acquire(blocking=False)
+    assert not slots.acquire(blocking=False)
+
+
+def test_without_slots_a_run_reports_no_slot_wait() -> None:
+    pump = _Pump(run=None, child=None, request=None, dinfo={}, n_sources=1)
+
+    pump.take_slot()
+    pump.release_slot()
+
+    assert not pump.slotted and "slot_s" not in pump.gpu_wait()
+
+
+@pytest.mark.gpu
+def test_evaluations_beyond_the_gpu_slots_wait_after_compiling(tmp_path: Path) -> None:
+    # One slot, two evaluations in flight: both load and compile at once, one verifies and
+    # times while the other waits for the slot; the wait is the caller's queue, reported, and
+    # both are judged as they would be alone.
+    cache = BaselineCache(tmp_path)
+    evaluate("softmax", SEED, device="cuda", tier="smoke", baselines=cache)  # measures them
+    slots = threading.Semaphore(1)
+
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(
+            pool.map(
+                lambda _: evaluate(
+                    "softmax", SEED, device="cuda", tier="smoke", baselines=cache, gpu_slots=slots
+                ),
+                range(2),
+            )
+        )
+
+    assert [r["verdict"] for r in reports] == ["accepted", "accepted"], reports
+    waits = sorted(r["gpu_wait"]["slot_s"] for r in reports)
+    assert waits[0] < 0.1 and waits[1] > 0.2, waits  # the second waited for the first's stage
+    assert slots.acquire(blocking=False)  # given back
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["blocking", "auto"])
+def test_the_childs_cuda_context_waits_as_asked(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    if mode == "blocking":
+        monkeypatch.setenv("AUTOWEB_CUDA_SYNC", "blocking")
+    else:
+        monkeypatch.delenv("AUTOWEB_CUDA_SYNC", raising=False)  # the default: CUDA's choice
+
+    report = evaluate("softmax", SEED, device="cuda", tier="smoke")
+
+    assert report["verdict"] == "accepted", report["reasons"]
+    assert report["sandbox"]["cuda_sync"] == mode
