@@ -3,10 +3,12 @@
 # benchmarks/user_problems: screening evaluations per GPU-minute (search_proof.py: the baselines
 # measured once, then THROUGHPUT distinct configurations of the seed, JOBS on the GPU and AHEAD
 # more loading and compiling meanwhile), then the whole stack (stack_proof.py: `manage.py up`
-# with WORKERS CUDA workers, two tuner searches from the seed for a WINDOW-second window). `nvidia-smi dmon` samples the GPU each second during each.
-# Writes under $1 (default: ./out). Needs redis-server on PATH for the stack.
+# with WORKERS CUDA workers, two tuner searches from the seed for a WINDOW-second window).
+# `nvidia-smi dmon` samples the GPU each second during each. Writes under $1 (default: ./out).
+# Needs redis-server on PATH for the stack.
 # Env: PARTS ("search stack": either or both), JOBS (12), AHEAD (4), THROUGHPUT (96), WORKERS (8),
-# WINDOW (140), SEARCH_TIMEOUT (200), STACK_TIMEOUT (320).
+# WINDOW (140), SEARCH_TIMEOUT (200), STACK_TIMEOUT (320). AUTOWEB_CUDA_SYNC and, for the stack,
+# AUTOWEB_GPU_SLOTS reach the sandboxes and the workers (docs/deploy.md).
 set -u
 OUT=${1:-out}
 mkdir -p "$OUT"

@@ -32,7 +32,7 @@ from rq import SimpleWorker
 from kernels import problems
 from kernels.harness import BaselineCache, evaluate, retime, time_together
 from kernels.harness import device as devmod
-from kernels.harness.sandbox import Pool, adopt_escaped_processes
+from kernels.harness.sandbox import GpuSlots, Pool, adopt_escaped_processes, gpu_key
 from kernels.protocol import HEARTBEAT_S, WORKERS_KEY, queue_name, rejected_report, worker_key
 from kernels.queues import (
     SERIALIZER,
@@ -49,6 +49,9 @@ _device: str | None = None
 _name: str | None = None
 _info: dict[str, Any] = {}
 _baselines: BaselineCache | None = None  # on a GPU: shared by every job, on disk and in Redis
+# On a GPU with AUTOWEB_GPU_SLOTS=n: at most n of this GPU's screening evaluations past compiling
+# at once, across its workers (the others load and compile meanwhile).
+_slots: GpuSlots | None = None
 
 
 def evaluate_job(
@@ -100,6 +103,7 @@ def evaluate_job(
             baselines_compiled=baselines_compiled,
             timeout_s=timeout_s,
             baselines=_baselines_for(conn) if baselines_compiled else None,
+            gpu_slots=_slots,
         )
     except problems.ProblemError as e:  # the problem failed on its own (the harness checked)
         return _usage_report(problem, str(e), dev)
@@ -257,8 +261,22 @@ def _heartbeat_loop(url: str, name: str, info: dict, stop: threading.Event) -> N
             register(conn, name, info)
 
 
+def gpu_slots_setting(raw: str | None) -> int | None:
+    """AUTOWEB_GPU_SLOTS: a whole number of at least 1, or unset (every worker may be on the
+    GPU at once). Raises ValueError with what is wrong."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"AUTOWEB_GPU_SLOTS must be a whole number, got {raw!r}") from None
+    if n < 1:
+        raise ValueError(f"AUTOWEB_GPU_SLOTS must be at least 1, got {n}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
-    global _pool, _device, _name
+    global _pool, _device, _name, _slots
     ap = argparse.ArgumentParser(prog="python -m kernels.worker", description=__doc__)
     ap.add_argument("--redis", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "interpret"])
@@ -268,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         _device = devmod.resolve(args.device)
+        slots = gpu_slots_setting(os.environ.get("AUTOWEB_GPU_SLOTS"))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -287,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     # are killed when that sandbox is closed (kernels.harness.sandbox.sweep_escaped).
     adopt_escaped_processes()
     _pool = Pool(_device, size=args.warm)
+    if _device == "cuda" and slots:
+        _slots = GpuSlots(gpu_key(), slots)
     print(f"worker {_name}: {info['name']} ({kind}) on queue {queue_name(kind)}", flush=True)
 
     def make_worker(attempt: int) -> SimpleWorker:

@@ -78,7 +78,7 @@ def evaluate(
     baselines: bl.BaselineCache | None = None,
     rel_ci: float = 0.01,
     compile_timeout_s: float | None = None,
-    gpu_slots: threading.Semaphore | None = None,
+    gpu_slots: threading.Semaphore | sandbox.GpuSlots | None = None,
 ) -> dict:
     """Evaluate one candidate source; returns the report (docs/harness.md, Report).
 
@@ -126,7 +126,7 @@ def _screen(
     *,
     on_event: Event | None,
     pool: sandbox.Pool | None,
-    gpu_slots: threading.Semaphore | None = None,
+    gpu_slots: threading.Semaphore | sandbox.GpuSlots | None = None,
 ) -> dict:
     dev = request.device
     shapes = [dict(s) for s in (request.shapes or problem.shapes(request.tier))]
@@ -355,7 +355,7 @@ def run(
     pool: sandbox.Pool | None = None,
     wrapper: list[str] | None = None,
     cached: list[dict] | None = None,
-    gpu_slots: threading.Semaphore | None = None,
+    gpu_slots: threading.Semaphore | sandbox.GpuSlots | None = None,
 ) -> dict:
     """Run the harness once; returns the report (docs/harness.md, Report).
 
@@ -363,8 +363,9 @@ def run(
     `wrapper` is a command the sandboxed child runs under (a profiler), its directory then kept
     (`report["sandbox_dir"]`); `cached` are baseline entries per shape when screening.
 
-    `gpu_slots` (a semaphore the caller shares between the evaluations it keeps in flight) is
-    taken when the child first asks for the GPU, that is once the candidate has loaded and
+    `gpu_slots` (a semaphore the caller shares between the evaluations it keeps in flight, or
+    `sandbox.GpuSlots` shared by the worker processes of one GPU) is taken when the child first
+    asks for the GPU, that is once the candidate has loaded and
     compiled, and given back when the run ends. A caller keeps more evaluations in flight than
     slots, so the next candidates compile while others verify and time, and a configuration
     that compiles for its whole budget holds no GPU slot. The wait for a slot does not count
@@ -500,7 +501,7 @@ class _Pump:
     waited: dict[str, float] = field(default_factory=lambda: {"shared_s": 0.0, "exclusive_s": 0.0})
     holds: int = 0
     shape: int | None = None  # the shape the child last said it works on
-    slots: threading.Semaphore | None = None  # `run`'s gpu_slots
+    slots: threading.Semaphore | sandbox.GpuSlots | None = None  # `run`'s gpu_slots
     slotted: bool = False  # this run holds one of them
     slot_wait: float = 0.0  # seconds waited for it: the child's deadline moves on by as much
 

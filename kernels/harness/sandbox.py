@@ -536,3 +536,48 @@ class GpuLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class GpuSlots:
+    """At most `n` evaluations past compiling on one GPU at once, across the processes of a
+    host (the GPU workers of `manage.py up`): a counting semaphore of `n` slot files, each held
+    with flock while an evaluation is on the GPU, so a slot comes back by itself when its
+    holder dies. The same `acquire`/`release` as a `threading.Semaphore`, which a single
+    process (`kernels tune`) passes to `evaluate(..., gpu_slots=...)` instead; a thread
+    releases the slot it acquired. Acquisition polls every `poll_s`: no order among waiters."""
+
+    def __init__(self, key: str, n: int, poll_s: float = 0.01) -> None:
+        if n < 1:
+            raise ValueError(f"GPU slots must be at least 1, got {n}")
+        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in key)
+        root = Path(tempfile.gettempdir())
+        self.paths = [root / f"autoweb-gpu-{safe}.slot{i}" for i in range(n)]
+        self.poll_s = poll_s
+        self._held = threading.local()
+
+    def try_acquire(self) -> bool:
+        if getattr(self._held, "fh", None) is not None:
+            raise RuntimeError("this thread already holds a GPU slot")
+        for path in self.paths:
+            fh = open(path, "a")  # noqa: SIM115 - held until released
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                fh.close()
+                continue
+            self._held.fh = fh
+            return True
+        return False
+
+    def acquire(self) -> bool:
+        while not self.try_acquire():
+            time.sleep(self.poll_s)
+        return True
+
+    def release(self) -> None:
+        fh = getattr(self._held, "fh", None)
+        if fh is None:
+            raise RuntimeError("this thread holds no GPU slot")
+        self._held.fh = None
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()

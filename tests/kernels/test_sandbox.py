@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -13,8 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kernels.harness import evaluate
+from kernels.harness import evaluate, sandbox
 from kernels.harness.sandbox import GRACE_S, Child, GpuLock, Pool, network_isolation_available
+
+ROOT = Path(__file__).resolve().parents[2]
 
 EXPLOITS = Path(__file__).resolve().parents[1] / "fixtures" / "exploits"
 
@@ -384,3 +388,82 @@ def test_the_lock_works_as_a_context_manager(lock_key: str) -> None:
         assert not got.wait(0.3)
     assert got.wait(5)
     other.release()
+
+
+def test_gpu_slots_are_a_counting_semaphore_across_threads_and_processes(tmp_path: Path) -> None:
+    key = f"test-{tmp_path.name}"
+    slots = sandbox.GpuSlots(key, 2, poll_s=0.005)
+    held, done = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        assert slots.try_acquire()
+        held.set()
+        done.wait(60)
+        slots.release()
+
+    helper = threading.Thread(target=other_thread)
+    helper.start()
+    try:
+        assert held.wait(30)
+        assert slots.try_acquire()  # the second of two
+        # A third, in another process, finds none free: the slots are files, held with flock.
+        probe = (
+            "from kernels.harness import sandbox; "
+            f"print(sandbox.GpuSlots({key!r}, 2).try_acquire())"
+        )
+        other = subprocess.run(
+            [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert other.stdout.strip() == "False", other.stderr[-2000:]
+        done.set()
+        helper.join(30)
+        other = subprocess.run(
+            [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert other.stdout.strip() == "True", other.stderr[-2000:]  # the thread let go of one
+    finally:
+        done.set()
+        helper.join(30)
+        slots.release()
+
+
+def test_a_gpu_slot_comes_back_when_its_holder_dies(tmp_path: Path) -> None:
+    key = f"test-{tmp_path.name}"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from kernels.harness import sandbox; "
+            f"s = sandbox.GpuSlots({key!r}, 1); s.acquire(); print('held', flush=True); "
+            "time.sleep(60)",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        slots = sandbox.GpuSlots(key, 1, poll_s=0.005)
+        assert not slots.try_acquire()
+        holder.kill()
+        holder.wait(timeout=30)
+        started = time.monotonic()
+        assert slots.acquire()
+        assert time.monotonic() - started < 5
+        slots.release()
+    finally:
+        holder.kill()
+
+
+def test_a_gpu_slot_is_released_by_the_thread_that_holds_it() -> None:
+    slots = sandbox.GpuSlots("test-one-thread", 1)
+    with pytest.raises(RuntimeError, match="holds no GPU slot"):
+        slots.release()
+    assert slots.acquire()
+    with pytest.raises(RuntimeError, match="already holds a GPU slot"):
+        slots.try_acquire()
+    slots.release()
+    assert slots.try_acquire()
+    slots.release()
+    with pytest.raises(ValueError, match="at least 1"):
+        sandbox.GpuSlots("test-none", 0)

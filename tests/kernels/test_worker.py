@@ -183,3 +183,20 @@ def test_the_heartbeat_names_the_job_being_evaluated(redis_url):
 
     assert "started" in named, "no heartbeat named the running job"
     assert job.return_value()["failure"] == "timeout"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("eight", "AUTOWEB_GPU_SLOTS must be a whole number, got 'eight'"),
+        ("0", "AUTOWEB_GPU_SLOTS must be at least 1, got 0"),
+        ("-2", "AUTOWEB_GPU_SLOTS must be at least 1, got -2"),
+    ],
+)
+def test_a_bad_gpu_slots_setting_is_a_usage_error(redis_url, raw: str, message: str):
+    proc = _run_worker(redis_url, env={"AUTOWEB_GPU_SLOTS": raw})
+
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"error: {message}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not redis.Redis.from_url(redis_url).smembers("autoweb:workers")  # never registered
