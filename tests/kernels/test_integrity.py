@@ -53,6 +53,7 @@ REASON_MENTIONS: dict[str, tuple[str, ...]] = {
     "graph_breaking": ("cuda-graph", "graph"),
     "graph_detection": ("cuda-graph", "graph replay"),
     "graph_first_call_only": ("while being timed",),
+    "graph_reused_output": ("results reused",),
     "hang": ("no result within",),
     "illegal_memory_access": ("sigsegv", "illegal memory access", "process died"),
     "interpreter_names": ("name 'np' is used but never defined",),
