@@ -146,7 +146,7 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0) -> dict:
         "gpu_wait": [r.get("gpu_wait") for r in reports],
         "median_gpu_wait": {
             k: _median([(r.get("gpu_wait") or {}).get(k) for r in reports])
-            for k in ("shared_s", "exclusive_s", "holds", "slot_s")
+            for k in ("shared_s", "exclusive_s", "holds", "slot_s", "reference_s")
         },
         "host_cpu": load.summary(),
         "shape_ms": [[sh.get("candidate_ms") for sh in r.get("shapes", [])] for r in reports],

@@ -584,7 +584,8 @@ class _Pump:
         self.holds += 1
 
     def gpu_wait(self) -> dict:
-        return {**{k: round(v, 3) for k, v in self.waited.items()}, "holds": self.holds}
+        waited = {**self.waited, "reference_s": self.run.reference_wait if self.run else 0.0}
+        return {**{k: round(v, 3) for k, v in waited.items()}, "holds": self.holds}
 
     def share_gpu_and_verify_timed(self) -> None:
         # The exclusive phase is over: the timed outputs are compared with their references

@@ -15,7 +15,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -116,6 +116,16 @@ class Run:
         self.cached: list[dict] | None = None  # baseline entries when screening
         self.retiming = False  # several candidates (or one) timed together, not evaluated
         self.need_gpu: Callable[[], None] = lambda: None  # takes the GPU (shared) when needed
+        # Seconds waited for one of this process's reference slots (`_REFERENCE_SLOTS`): with
+        # many evaluations in flight in one process, their references queue there.
+        self.reference_wait = 0.0
+
+    @contextlib.contextmanager
+    def reference_slot(self) -> Iterator[None]:
+        asked = time.monotonic()
+        with _REFERENCE_SLOTS:
+            self.reference_wait += time.monotonic() - asked
+            yield
 
     def fail(self, category: str, reason: str) -> None:
         self.failures.append((category, reason))
@@ -152,7 +162,7 @@ class Run:
         for k, seed in enumerate(seeds):
             step = "make_inputs"
             try:
-                with torch.no_grad(), _REFERENCE_SLOTS:
+                with torch.no_grad(), self.reference_slot():
                     inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
                     if k == 0:
                         step = "its reference"
@@ -172,7 +182,7 @@ class Run:
         """The reference's output shape on shape i (computing a reference the first time)."""
         if i not in self._out_shapes:
             self.need_gpu()
-            with torch.no_grad(), _REFERENCE_SLOTS:
+            with torch.no_grad(), self.reference_slot():
                 self._out_shapes[i] = list(self.oracle(i, which).shape)
         return self._out_shapes[i]
 
@@ -192,7 +202,7 @@ class Run:
             Path(meta["file"]).unlink()
         self.need_gpu()
         out = _tensor(raw, shape, self.dtype)
-        with torch.no_grad(), _REFERENCE_SLOTS:
+        with torch.no_grad(), self.reference_slot():
             res = compare(out.to(self.pdev), self.oracle(i, which), self.tol)
         self.results[i]["errors"][tag] = res
         del out, raw

@@ -131,3 +131,34 @@ def test_a_captured_call_handing_back_another_calls_output_is_results_reused(tmp
             f"{label}: a captured call returned another call's output (results reused)",
         )
     ]
+
+
+def test_the_wait_for_a_reference_slot_is_counted():
+    # Every evaluation in flight in a process computes its references through a few slots;
+    # the report's gpu_wait says how long this one queued there.
+    import threading
+    import time
+
+    import torch
+
+    from kernels import problems
+    from kernels.harness.evaluation import _seeds
+
+    problem = problems.load("softmax")
+    run = verdict.Run(problem, "cpu", problem.shapes("smoke")[:1], _seeds(1), torch.float32, None)
+    held = 0
+    while verdict._REFERENCE_SLOTS.acquire(blocking=False):  # every slot, as busy threads would
+        held += 1
+    assert held >= 1
+
+    def free() -> None:
+        for _ in range(held):
+            verdict._REFERENCE_SLOTS.release()
+
+    threading.Timer(0.3, free).start()
+    started = time.monotonic()
+
+    run.expected_shape(0, "first")
+
+    assert run.reference_wait >= 0.25
+    assert run.reference_wait <= time.monotonic() - started
