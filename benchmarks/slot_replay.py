@@ -24,11 +24,15 @@ from pathlib import Path
 
 
 def stages(run: dict) -> list[tuple[float, float | None]]:
-    """(seconds before the first ask for the GPU, seconds on the GPU or None) per evaluation."""
+    """(seconds before the first ask for the GPU, seconds on the GPU or None) per evaluation.
+    A run made with slots had each evaluation wait for one after that first ask
+    (`gpu_wait.slot_s`): the replay models that wait itself, so it is not part of the stage."""
+    waits = run.get("gpu_wait") or [None] * len(run["timelines"])
     out = []
-    for tl, seconds in zip(run["timelines"], run["seconds_each"], strict=True):
+    for tl, seconds, wait in zip(run["timelines"], run["seconds_each"], waits, strict=True):
         if tl and "want_gpu" in tl and "done" in tl:
-            out.append((tl["want_gpu"], tl["done"] - tl["want_gpu"]))
+            slot_s = (wait or {}).get("slot_s") or 0.0
+            out.append((tl["want_gpu"], tl["done"] - tl["want_gpu"] - slot_s))
         else:
             out.append((seconds, None))
     return out

@@ -190,7 +190,7 @@ def cmd_tune(args) -> int:
         raise UsageError("--trials must be at least 1")
     if not 1 <= args.jobs <= MAX_JOBS:
         raise UsageError(f"--jobs must be from 1 to {MAX_JOBS}")
-    ahead = args.ahead if args.ahead is not None else args.jobs // 3
+    ahead = min(args.jobs // 3, MAX_JOBS - args.jobs) if args.ahead is None else args.ahead
     if not 0 <= ahead <= MAX_JOBS - args.jobs:
         raise UsageError(f"--ahead must be from 0 to {MAX_JOBS - args.jobs} (--jobs + --ahead)")
     if dev != "cuda":

@@ -18,7 +18,7 @@ import secrets
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -442,9 +442,11 @@ def run(
     except sandbox.SandboxError as e:
         run_.fail("crashed", str(e))
     finally:
-        pump.release_gpu()
-        pump.release_slot()
-        child.close()
+        try:
+            pump.release_slot()
+            pump.release_gpu()
+        finally:
+            child.close()
     if any(cat == "crashed" for cat, _ in run_.failures):
         # Not the candidate's failure if the problem itself fails: checked here, once the child
         # is gone, on the shape it was at (every shape when it was at none), not on its word.
@@ -504,6 +506,8 @@ class _Pump:
     slots: threading.Semaphore | sandbox.GpuSlots | None = None  # `run`'s gpu_slots
     slotted: bool = False  # this run holds one of them
     slot_wait: float = 0.0  # seconds waited for it: the child's deadline moves on by as much
+    until: float | None = None  # the child's deadline while `loop` runs
+    stopped: bool = False  # a wait for the GPU or a slot outlasted its bound (`_bounded`)
 
     @property
     def out_root(self) -> Path:
@@ -523,8 +527,8 @@ class _Pump:
         compile_deadline = time.monotonic() + compile_s if compile_s else float("inf")
         compiled = False
         done = False
-        while not done:
-            until = deadline + self.slot_wait
+        while not done and not self.stopped:
+            until = self.until = deadline + self.slot_wait
             msg = self.child.next(until if compiled else min(until, compile_deadline))
             t = msg["t"]
             compiled = compiled or t == "want_gpu" or msg.get("phase") == "verifying"
@@ -540,7 +544,7 @@ class _Pump:
             )
             handler = HANDLERS.get(t)
             try:
-                done = bool(handler and handler(self, msg))
+                done = bool(handler and handler(self, msg)) or self.stopped
             except Exception as e:
                 # A message of the wrong form (the child wrote it), or this process's own work
                 # on it failed (a reference it could not compute): a rejection either way, with
@@ -551,7 +555,9 @@ class _Pump:
                     f"{type(e).__name__}: {e}"[:500],
                 )
                 done = True
+        self.until = None  # the child's deadline is over
         if self.timed:  # the child stopped mid-timing: what it did time is still checked
+            self.child.kill()  # first, so that nothing it holds is waited for
             self.share_gpu_and_verify_timed()
 
     def release_gpu(self) -> None:
@@ -563,12 +569,42 @@ class _Pump:
         if self.lock is None:
             self.take_gpu(shared=True)
 
+    @contextlib.contextmanager
+    def _bounded(self, seconds: float | None, why: str) -> Iterator[None]:
+        """A wait for the GPU lock or a slot, bounded while the child lives: past `seconds` its
+        process tree is killed and the run fails `timeout`. The locks and slots are files a
+        child can open for reading, and flock needs no more: a candidate that got full Python
+        could hold them itself, and this process would wait on it for ever. Killed, it lets
+        them go; a wait on others' work ends with the others."""
+        if seconds is None or self.child.proc.poll() is not None:
+            yield
+            return
+        fired = threading.Event()
+
+        def fire() -> None:
+            fired.set()
+            self.child.kill()
+
+        timer = threading.Timer(max(0.0, seconds), fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            timer.join()  # a kill under way finishes first
+        if fired.is_set() and not self.stopped:
+            self.stopped = True
+            self.run.fail("timeout", f"{why}; the process tree was killed")
+
     def take_slot(self) -> None:
         if self.slots is None or self.slotted:
             return
         asked = time.monotonic()
-        self.slots.acquire()
-        self.slotted = True
+        # The slot wait does not count against the child's deadline; it has a bound of its own.
+        with self._bounded(self.timeout_s, f"waited over {self.timeout_s:.0f} s for a GPU slot"):
+            self.slots.acquire()
+            self.slotted = True
         self.slot_wait = time.monotonic() - asked
         self.waited["slot_s"] = self.slot_wait
 
@@ -579,7 +615,10 @@ class _Pump:
 
     def take_gpu(self, shared: bool) -> None:
         asked = time.monotonic()
-        self.lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared).acquire()
+        left = None if self.until is None else self.until - asked
+        why = f"no result within {self.timeout_s:.0f} s (it was waiting for the GPU)"
+        with self._bounded(left, why):
+            self.lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared).acquire()
         self.waited["shared_s" if shared else "exclusive_s"] += time.monotonic() - asked
         self.holds += 1
 
@@ -622,14 +661,16 @@ class _Pump:
             # Asked again between two shapes: the hold is given up first, so a timing phase
             # waiting at the turnstile goes ahead of this process's next shape.
             self.release_gpu()
-            self.take_gpu_shared()
-            self.child.send({"go": True})
-            return False
-        go = not self.run.failures
-        if go:
-            self.release_gpu()
-            self.take_gpu(shared=False)
-        self.child.send({"go": go})
+            if not self.stopped:
+                self.take_gpu_shared()
+        else:
+            go = not self.run.failures
+            if go and not self.stopped:
+                self.release_gpu()
+                self.take_gpu(shared=False)
+        if self.stopped:
+            return True
+        self.child.send({"go": True} if msg.get("shared") else {"go": go})
         return False
 
     def timed_msg(self, msg: dict) -> bool:

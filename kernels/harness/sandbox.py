@@ -543,8 +543,9 @@ class GpuSlots:
     host (the GPU workers of `manage.py up`): a counting semaphore of `n` slot files, each held
     with flock while an evaluation is on the GPU, so a slot comes back by itself when its
     holder dies. The same `acquire`/`release` as a `threading.Semaphore`, which a single
-    process (`kernels tune`) passes to `evaluate(..., gpu_slots=...)` instead; a thread
-    releases the slot it acquired. Acquisition polls every `poll_s`: no order among waiters."""
+    process (`kernels tune`) passes to `evaluate(..., gpu_slots=...)` instead. A thread holds
+    one slot at most and releases the one it acquired; one that acquires while it still holds
+    its slot keeps it. Acquisition polls every `poll_s`: no order among waiters."""
 
     def __init__(self, key: str, n: int, poll_s: float = 0.01) -> None:
         if n < 1:
@@ -557,7 +558,9 @@ class GpuSlots:
 
     def try_acquire(self) -> bool:
         if getattr(self._held, "fh", None) is not None:
-            raise RuntimeError("this thread already holds a GPU slot")
+            # Taken and never given back (the run that took it was interrupted between the two):
+            # a thread runs one evaluation at a time, so the slot is this one's.
+            return True
         for path in self.paths:
             fh = open(path, "a")  # noqa: SIM115 - held until released
             try:

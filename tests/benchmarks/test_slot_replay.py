@@ -36,6 +36,15 @@ def test_a_compile_that_runs_out_its_budget_holds_no_slot_when_others_compile_ah
     assert slot_replay.replay(evals, jobs=1, ahead=2) == pytest.approx(4 / (10 / 60))
 
 
+def test_a_run_made_with_slots_has_its_slot_waits_taken_out_of_the_gpu_stages() -> None:
+    run = {
+        "timelines": [{"want_gpu": 1.0, "done": 6.0}, None],
+        "seconds_each": [6.0, 60.0],
+        "gpu_wait": [{"slot_s": 2.0}, None],
+    }
+    assert slot_replay.stages(run) == [(1.0, 3.0), (60.0, None)]
+
+
 def test_it_gives_back_the_recorded_run_with_nothing_ahead() -> None:
     run = json.loads((ROOT / "docs/benchmarks/search/search-2026-12-05-g.json").read_text())
     replayed = slot_replay.replay(slot_replay.stages(run["after"]), jobs=12, ahead=0)

@@ -160,6 +160,8 @@ def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
         (["--minutes", "-1.5"], "--minutes must be above 0"),
         (["--ahead", "-1"], "--ahead must be from 0 to 254 (--jobs + --ahead)"),
         (["--jobs", "200", "--ahead", "57"], "--ahead must be from 0 to 56 (--jobs + --ahead)"),
+        # The default --ahead (a third of --jobs) never exceeds the cap: the next check speaks.
+        (["--jobs", "250", "--minutes", "0"], "--minutes must be above 0"),
     ],
     ids=[
         "zero_trials",
@@ -168,6 +170,7 @@ def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
         "negative_minutes",
         "negative_ahead",
         "too_many_in_flight",
+        "default_ahead_within_the_cap",
     ],
 )
 def test_tune_exits_2_on_a_budget_that_allows_nothing(args: list, message: str) -> None:

@@ -4,7 +4,10 @@ candidate sharing the GPU lets it go between shapes."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,8 +17,10 @@ from kernels import problems
 from kernels.harness import evaluate, retime, sandbox
 from kernels.harness.baselines import BaselineCache
 from kernels.harness.evaluation import _Pump
+from kernels.protocol import EvaluationRequest
 
-SEED = (Path(__file__).resolve().parents[2] / "kernels" / "seeds" / "softmax.py").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+SEED = (ROOT / "kernels" / "seeds" / "softmax.py").read_text()
 
 
 @pytest.mark.gpu
@@ -95,9 +100,23 @@ def test_a_retime_in_the_cached_modes_prepares_while_the_gpu_is_shared(
     assert holds.index("exclusive") == 1, holds
 
 
+class _Sleeper:
+    """What the pump sees of a sandboxed child (its process, and its kill), for the tests of
+    its waits: a real process that only sleeps."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+
 def test_a_gpu_slot_is_held_once_per_run_and_its_wait_is_reported() -> None:
     slots = threading.Semaphore(1)
-    pump = _Pump(run=None, child=None, request=None, dinfo={}, n_sources=1, slots=slots)
+    child = _Sleeper()
+    request = EvaluationRequest(problem="softmax", sources=())
+    pump = _Pump(run=None, child=child, request=request, dinfo={}, n_sources=1, slots=slots)
     slots.acquire()  # another evaluation is on the GPU
     threading.Timer(0.3, slots.release).start()
 
@@ -112,6 +131,120 @@ def test_a_gpu_slot_is_held_once_per_run_and_its_wait_is_reported() -> None:
     pump.release_slot()  # given back once, however often the run ends
     assert slots.acquire(blocking=False)
     assert not slots.acquire(blocking=False)
+    assert child.proc.poll() is None and not pump.stopped  # a wait within its bound
+    child.kill()
+
+
+def test_a_child_holding_the_gpu_slots_itself_is_killed_and_the_wait_ends(tmp_path: Path) -> None:
+    # The slots are files any process can flock, a child that got full Python too. Its own
+    # evaluation would wait for a slot for ever: past the bound the child is killed, the
+    # slot it held comes back, and the run fails `timeout`.
+    import torch
+
+    from kernels.harness import verdict
+    from kernels.harness.evaluation import _seeds
+
+    key = f"test-{tmp_path.name}"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from kernels.harness import sandbox; "
+            f"s = sandbox.GpuSlots({key!r}, 1); s.acquire(); print('held', flush=True); "
+            "time.sleep(60)",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    class HoldingChild:  # what the pump sees of a sandboxed child: its process, and its kill
+        proc = holder
+
+        def kill(self) -> None:
+            holder.kill()
+            holder.wait(timeout=30)
+
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        problem = problems.load("softmax")
+        run = verdict.Run(
+            problem, "cpu", problem.shapes("smoke")[:1], _seeds(1), torch.float32, None
+        )
+        request = EvaluationRequest(problem="softmax", sources=(), timeout_s=1.0)
+        slots = sandbox.GpuSlots(key, 1, poll_s=0.01)
+        pump = _Pump(run, HoldingChild(), request, {}, 1, slots=slots)
+        started = time.monotonic()
+
+        pump.take_slot()
+
+        assert 0.9 <= time.monotonic() - started < 20
+        assert pump.stopped and holder.poll() is not None
+        assert run.failures == [
+            ("timeout", "waited over 1 s for a GPU slot; the process tree was killed")
+        ]
+        pump.release_slot()
+    finally:
+        holder.kill()
+
+
+def test_a_child_holding_the_gpu_lock_itself_is_killed_at_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The child may open the GPU lock (it takes it shared to start CUDA) and flock it
+    # exclusively: its evaluation waiting for the GPU would wait on it for ever. At the
+    # child's deadline it is killed, the lock comes back, and the run fails `timeout`.
+    import torch
+
+    from kernels.harness import verdict
+    from kernels.harness.evaluation import _seeds
+
+    key = f"test-{tmp_path.name}"
+    monkeypatch.setattr(sandbox, "gpu_key", lambda: key)
+    lock = sandbox.GpuLock(key).path
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(60)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    class HoldingChild:
+        proc = holder
+
+        def kill(self) -> None:
+            holder.kill()
+            holder.wait(timeout=30)
+
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        problem = problems.load("softmax")
+        run = verdict.Run(
+            problem, "cpu", problem.shapes("smoke")[:1], _seeds(1), torch.float32, None
+        )
+        request = EvaluationRequest(problem="softmax", sources=(), timeout_s=30.0)
+        pump = _Pump(run, HoldingChild(), request, {}, 1)
+        pump.until = time.monotonic() + 1.0  # the child's deadline, as `loop` sets it
+        started = time.monotonic()
+
+        pump.take_gpu(shared=True)
+
+        assert 0.9 <= time.monotonic() - started < 20
+        assert pump.stopped and holder.poll() is not None
+        assert run.failures == [
+            (
+                "timeout",
+                "no result within 30 s (it was waiting for the GPU); the process tree was killed",
+            )
+        ]
+        pump.release_gpu()
+    finally:
+        holder.kill()
 
 
 def test_without_slots_a_run_reports_no_slot_wait() -> None:
