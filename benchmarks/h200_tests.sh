@@ -11,5 +11,5 @@ PYTEST=(python3 -m pytest -q -m gpu -p no:cacheprovider -p no:django)
 timeout "${TESTS_TIMEOUT:-540}" "${PYTEST[@]}" ${JOBS:+-n "$JOBS"} \
   tests/kernels/test_sandbox_faults.py tests/kernels/test_integrity.py tests/kernels/test_revalidate.py \
   2>&1 | tee "$OUT/gpu-tests.log" | tail -40
-timeout "${ISOLATION_TIMEOUT:-120}" "${PYTEST[@]}" tests/kernels/test_timing_isolation.py \
+timeout "${ISOLATION_TIMEOUT:-300}" "${PYTEST[@]}" tests/kernels/test_timing_isolation.py \
   2>&1 | tee "$OUT/gpu-tests-isolation.log" | tail -20
