@@ -290,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if _device == "cuda" and slots:
+        try:
+            _slots = GpuSlots(gpu_key(), slots)
+        except OSError as e:
+            print(f"error: AUTOWEB_GPU_SLOTS: cannot use the slot files: {e}", file=sys.stderr)
+            return 2
     info = _info
     info.update(devmod.info(_device))
     kind = info["kind"]
@@ -306,8 +312,6 @@ def main(argv: list[str] | None = None) -> int:
     # are killed when that sandbox is closed (kernels.harness.sandbox.sweep_escaped).
     adopt_escaped_processes()
     _pool = Pool(_device, size=args.warm)
-    if _device == "cuda" and slots:
-        _slots = GpuSlots(gpu_key(), slots)
     print(f"worker {_name}: {info['name']} ({kind}) on queue {queue_name(kind)}", flush=True)
 
     def make_worker(attempt: int) -> SimpleWorker:

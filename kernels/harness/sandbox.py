@@ -553,6 +553,8 @@ class GpuSlots:
         safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in key)
         root = Path(tempfile.gettempdir())
         self.paths = [root / f"autoweb-gpu-{safe}.slot{i}" for i in range(n)]
+        for path in self.paths:  # OSError now, not at a candidate's first ask for the GPU
+            path.touch(exist_ok=True)
         self.poll_s = poll_s
         self._held = threading.local()
 
