@@ -506,7 +506,7 @@ class _Pump:
     slots: threading.Semaphore | sandbox.GpuSlots | None = None  # `run`'s gpu_slots
     slotted: bool = False  # this run holds one of them
     slot_wait: float = 0.0  # seconds waited for it: the child's deadline moves on by as much
-    until: float | None = None  # the child's deadline while `loop` runs
+    deadline: float | None = None  # while `loop` runs: its start plus the timeout
     stopped: bool = False  # a wait for the GPU or a slot outlasted its bound (`_bounded`)
 
     @property
@@ -527,8 +527,9 @@ class _Pump:
         compile_deadline = time.monotonic() + compile_s if compile_s else float("inf")
         compiled = False
         done = False
+        self.deadline = deadline
         while not done and not self.stopped:
-            until = self.until = deadline + self.slot_wait
+            until = self.until
             msg = self.child.next(until if compiled else min(until, compile_deadline))
             t = msg["t"]
             compiled = compiled or t == "want_gpu" or msg.get("phase") == "verifying"
@@ -555,10 +556,15 @@ class _Pump:
                     f"{type(e).__name__}: {e}"[:500],
                 )
                 done = True
-        self.until = None  # the child's deadline is over
+        self.deadline = None  # the child's deadline is over
         if self.timed:  # the child stopped mid-timing: what it did time is still checked
             self.child.kill()  # first, so that nothing it holds is waited for
             self.share_gpu_and_verify_timed()
+
+    @property
+    def until(self) -> float | None:
+        """The child's deadline: the timeout from the start, moved on by the wait for a slot."""
+        return None if self.deadline is None else self.deadline + self.slot_wait
 
     def release_gpu(self) -> None:
         if self.lock is not None:

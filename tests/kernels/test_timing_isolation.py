@@ -120,9 +120,13 @@ def test_a_gpu_slot_is_held_once_per_run_and_its_wait_is_reported() -> None:
     slots.acquire()  # another evaluation is on the GPU
     threading.Timer(0.3, slots.release).start()
 
+    pump.deadline = time.monotonic() + 100.0  # as `loop` sets it
+
     pump.take_slot()
 
     assert pump.slotted and pump.slot_wait >= 0.25, pump.slot_wait
+    # The wait is the caller's queue: the child's deadline, for the GPU waits too, moves on.
+    assert pump.until == pump.deadline + pump.slot_wait
     assert pump.waited["slot_s"] == pump.slot_wait
     pump.take_slot()  # the child asks again between shapes: the run already holds its slot
     assert pump.slot_wait >= 0.25
@@ -229,7 +233,7 @@ def test_a_child_holding_the_gpu_lock_itself_is_killed_at_its_deadline(
         )
         request = EvaluationRequest(problem="softmax", sources=(), timeout_s=30.0)
         pump = _Pump(run, HoldingChild(), request, {}, 1)
-        pump.until = time.monotonic() + 1.0  # the child's deadline, as `loop` sets it
+        pump.deadline = time.monotonic() + 1.0  # the child's deadline, as `loop` sets it
         started = time.monotonic()
 
         pump.take_gpu(shared=True)
