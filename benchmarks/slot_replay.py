@@ -11,7 +11,7 @@ the host, which only a run on the GPU can tell. With `--ahead 0` it should give 
 own figure; if it does not, the model does not describe that run.
 
     python3 benchmarks/slot_replay.py docs/benchmarks/search/search-2026-12-05-g.json \
-        --jobs 12 --ahead 0 2 4 6 [--shorten 0.6]
+        --jobs 12 --ahead 0 2 4 6 [--shorten 0.6] [--give-up-after 20]
 """
 
 from __future__ import annotations
@@ -86,9 +86,17 @@ def main() -> int:
     ap.add_argument(
         "--shorten", type=float, default=0.0, help="take this many seconds off every GPU stage"
     )
+    ap.add_argument(
+        "--give-up-after",
+        type=float,
+        default=None,
+        help="an evaluation that never reached the GPU leaves its place after this many seconds",
+    )
     args = ap.parse_args()
     run = json.loads(Path(args.run).read_text())["after"]
     evals = [(c, None if g is None else max(0.0, g - args.shorten)) for c, g in stages(run)]
+    if args.give_up_after is not None:
+        evals = [(min(c, args.give_up_after) if g is None else c, g) for c, g in evals]
     print(f"measured: {run['per_minute']} evaluations per minute, {run['jobs']} in flight")
     for ahead in args.ahead:
         rate = replay(evals, args.jobs, ahead)

@@ -49,3 +49,18 @@ def test_it_gives_back_the_recorded_run_with_nothing_ahead() -> None:
     run = json.loads((ROOT / "docs/benchmarks/search/search-2026-12-05-g.json").read_text())
     replayed = slot_replay.replay(slot_replay.stages(run["after"]), jobs=12, ahead=0)
     assert replayed == pytest.approx(run["after"]["per_minute"], rel=0.03)
+
+
+def test_the_command_line_replays_a_recorded_run(tmp_path) -> None:
+    from tests.benchmarks import run_script
+
+    res = run_script(
+        "slot_replay.py",
+        "docs/benchmarks/search/search-2026-12-05-g.json",
+        *("--ahead", "0", "4", "--give-up-after", "20"),
+        timeout=120,
+    )
+
+    assert res.returncode == 0, res.stderr
+    assert "measured: 50.3 evaluations per minute, 12 in flight" in res.stdout
+    assert "replayed: --jobs 12 --ahead 4:" in res.stdout
