@@ -51,7 +51,7 @@ def test_it_gives_back_the_recorded_run_with_nothing_ahead() -> None:
     assert replayed == pytest.approx(run["after"]["per_minute"], rel=0.03)
 
 
-def test_the_command_line_replays_a_recorded_run(tmp_path) -> None:
+def test_the_command_line_replays_a_recorded_run() -> None:
     from tests.benchmarks import run_script
 
     res = run_script(
