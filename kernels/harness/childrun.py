@@ -530,6 +530,14 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
     def call(f, inputs):
         return f(inputs) if isinstance(f, Candidate) else f(*inputs)
 
+    def new_values(into: list, j: int) -> None:
+        """After the samples, input set j (the caller's `rotJ` reference) goes into the buffers
+        `into` for one more sample of each candidate (`measure_shape`)."""
+        prep.fresh_into, prep.fresh_set = into, j
+        prep.make_fresh = functools.partial(
+            problem.make_inputs, shape, dtype, "cuda", timing.input_set_seed(seeds["rot"], j)
+        )
+
     with torch.no_grad():
         for f in fns.values():
             for _ in range(3):
@@ -550,7 +558,7 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
                 nsets = max(1, min(timing.MAX_INPUT_SETS, math.ceil(2.5 * l2 / max(set_bytes, 1))))
                 rot = seeds["rot"]
                 sets = [a] + [
-                    problem.make_inputs(shape, dtype, "cuda", rot[j % len(rot)] + j)
+                    problem.make_inputs(shape, dtype, "cuda", timing.input_set_seed(rot, j))
                     for j in range(1, nsets)
                 ]
                 reps = max(timing.GRAPH_REPS, nsets)
@@ -563,11 +571,7 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
                 pick = random.Random(seeds["final"] ^ 0x9A7).randrange(1, reps) if reps > 1 else 0
                 prep.graph_set = pick % nsets
                 if cands:
-                    j = timing.MAX_INPUT_SETS + prep.graph_set  # the caller's `rotJ` reference
-                    prep.fresh_into, prep.fresh_set = sets[prep.graph_set], j
-                    prep.make_fresh = functools.partial(
-                        problem.make_inputs, shape, dtype, "cuda", rot[j % len(rot)] + j
-                    )
+                    new_values(sets[prep.graph_set], timing.MAX_INPUT_SETS + prep.graph_set)
                 for name, f in fns.items():
                     calls = [(lambda s=s, f=f: call(f, s)) for s in sets]
                     g, outs = timing.capture(calls, reps)
@@ -591,11 +595,7 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
                 torch.cuda.synchronize()
         if prep.mode == "events":
             if cands:
-                rot, j = seeds["rot"], timing.EVENTS_INPUT_SET  # the caller's `rotJ` reference
-                prep.fresh_into, prep.fresh_set = a, j
-                prep.make_fresh = functools.partial(
-                    problem.make_inputs, shape, dtype, "cuda", rot[j % len(rot)] + j
-                )
+                new_values(a, timing.EVENTS_INPUT_SET)
             for name, f in fns.items():
 
                 def sample_call(f=f, name=name):

@@ -38,6 +38,13 @@ MAX_INPUT_SETS = 32  # graph mode cycles through at most this many input sets (L
 EVENTS_INPUT_SET = 2 * MAX_INPUT_SETS
 
 
+def input_set_seed(rot: list[int], j: int) -> int:
+    """The seed of a shape's input set j (j >= 1), from its secret `rot` seeds: the sets graph
+    mode cycles through and the new values made after the samples (childrun) and their float64
+    references (the caller's `rotJ`) all come from here."""
+    return rot[j % len(rot)] + j
+
+
 def is_fresh_set(mode: object, inputs_set: int) -> bool:
     """Whether `inputs_set` names new values made after the samples, in timing mode `mode`."""
     if mode == "events":

@@ -141,8 +141,7 @@ class Run:
         key = (i, which)
         if key not in self._oracles:
             if which.startswith("rot"):
-                j, rot = int(which[3:]), self.seeds[i]["rot"]
-                seed = rot[j % len(rot)] + j
+                seed = timing.input_set_seed(self.seeds[i]["rot"], int(which[3:]))
             else:
                 seed = self.seeds[i][which]
             inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
@@ -156,9 +155,8 @@ class Run:
         after a crash, so a broken problem is never a candidate's failure: the child's own
         account of where it crashed is not believed either way."""
         label = self.results[i]["label"]
-        rot = self.seeds[i]["rot"]
-        j = timing.EVENTS_INPUT_SET
-        seeds = [self.seeds[i][w] for w in ("first", "second", "final")] + [rot[j % len(rot)] + j]
+        fresh = timing.input_set_seed(self.seeds[i]["rot"], timing.EVENTS_INPUT_SET)
+        seeds = [self.seeds[i][w] for w in ("first", "second", "final")] + [fresh]
         for k, seed in enumerate(seeds):
             step = "make_inputs"
             try:
@@ -353,7 +351,7 @@ def on_timed(run: Run, msg: dict, root: Path, dinfo: dict, n_cands: int) -> None
         # samples' own inputs: a child that says otherwise did not run the harness's timing.
         run.fail("hack_suspected", f"{r['label']}: timed output not made on new values")
         return
-    which = "final" if inputs_set == 0 else f"rot{inputs_set}"
+    which = f"rot{inputs_set}"  # a fresh set, never the samples' own (`is_fresh_set`)
     timed_ok = []
     for c in range(n_cands):
         meta = outs.get(f"timed{c}")
