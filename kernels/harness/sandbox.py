@@ -550,9 +550,8 @@ class GpuSlots:
     def __init__(self, key: str, n: int, poll_s: float = 0.01) -> None:
         if n < 1:
             raise ValueError(f"GPU slots must be at least 1, got {n}")
-        safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in key)
-        root = Path(tempfile.gettempdir())
-        self.paths = [root / f"autoweb-gpu-{safe}.slot{i}" for i in range(n)]
+        lock = GpuLock(key).path  # beside the GPU's lock: autoweb-gpu-<key>.slot<i>
+        self.paths = [lock.with_suffix(f".slot{i}") for i in range(n)]
         for path in self.paths:  # OSError now, not at a candidate's first ask for the GPU
             path.touch(exist_ok=True)
         self.poll_s = poll_s
