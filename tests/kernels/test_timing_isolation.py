@@ -100,21 +100,36 @@ def test_a_retime_in_the_cached_modes_prepares_while_the_gpu_is_shared(
     assert holds.index("exclusive") == 1, holds
 
 
-class _Sleeper:
+class _ProcessChild:
     """What the pump sees of a sandboxed child (its process, and its kill), for the tests of
-    its waits: a real process that only sleeps."""
+    its waits: a real process running `code`. With `held` it prints a line once it holds
+    what it was written to hold, and this waits for that line."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    def __init__(self, code: str, *args: str, held: bool = False) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
+        if held:
+            assert self.proc.stdout.readline().strip() == "held"
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(timeout=30)
 
 
+def _softmax_run():
+    import torch
+
+    from kernels.harness import verdict
+    from kernels.harness.evaluation import _seeds
+
+    problem = problems.load("softmax")
+    return verdict.Run(problem, "cpu", problem.shapes("smoke")[:1], _seeds(1), torch.float32, None)
+
+
 def test_a_gpu_slot_is_held_once_per_run_and_its_wait_is_reported() -> None:
     slots = threading.Semaphore(1)
-    child = _Sleeper()
+    child = _ProcessChild("import time; time.sleep(60)")
     request = EvaluationRequest(problem="softmax", sources=())
     pump = _Pump(run=None, child=child, request=request, dinfo={}, n_sources=1, slots=slots)
     slots.acquire()  # another evaluation is on the GPU
@@ -143,53 +158,31 @@ def test_a_child_holding_the_gpu_slots_itself_is_killed_and_the_wait_ends(tmp_pa
     # The slots are files any process can flock, a child that got full Python too. Its own
     # evaluation would wait for a slot for ever: past the bound the child is killed, the
     # slot it held comes back, and the run fails `timeout`.
-    import torch
-
-    from kernels.harness import verdict
-    from kernels.harness.evaluation import _seeds
-
     key = f"test-{tmp_path.name}"
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import time; from kernels.harness import sandbox; "
-            f"s = sandbox.GpuSlots({key!r}, 1); s.acquire(); print('held', flush=True); "
-            "time.sleep(60)",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
+    child = _ProcessChild(
+        "import sys, time; from kernels.harness import sandbox; "
+        "s = sandbox.GpuSlots(sys.argv[1], 1); s.acquire(); print('held', flush=True); "
+        "time.sleep(60)",
+        key,
+        held=True,
     )
-
-    class HoldingChild:  # what the pump sees of a sandboxed child: its process, and its kill
-        proc = holder
-
-        def kill(self) -> None:
-            holder.kill()
-            holder.wait(timeout=30)
-
     try:
-        assert holder.stdout.readline().strip() == "held"
-        problem = problems.load("softmax")
-        run = verdict.Run(
-            problem, "cpu", problem.shapes("smoke")[:1], _seeds(1), torch.float32, None
-        )
+        run = _softmax_run()
         request = EvaluationRequest(problem="softmax", sources=(), timeout_s=1.0)
         slots = sandbox.GpuSlots(key, 1, poll_s=0.01)
-        pump = _Pump(run, HoldingChild(), request, {}, 1, slots=slots)
+        pump = _Pump(run, child, request, {}, 1, slots=slots)
         started = time.monotonic()
 
         pump.take_slot()
 
         assert 0.9 <= time.monotonic() - started < 20
-        assert pump.stopped and holder.poll() is not None
+        assert pump.stopped and child.proc.poll() is not None
         assert run.failures == [
             ("timeout", "waited over 1 s for a GPU slot; the process tree was killed")
         ]
         pump.release_slot()
     finally:
-        holder.kill()
+        child.kill()
 
 
 def test_a_child_holding_the_gpu_lock_itself_is_killed_at_its_deadline(
@@ -198,48 +191,25 @@ def test_a_child_holding_the_gpu_lock_itself_is_killed_at_its_deadline(
     # The child may open the GPU lock (it takes it shared to start CUDA) and flock it
     # exclusively: its evaluation waiting for the GPU would wait on it for ever. At the
     # child's deadline it is killed, the lock comes back, and the run fails `timeout`.
-    import torch
-
-    from kernels.harness import verdict
-    from kernels.harness.evaluation import _seeds
-
     key = f"test-{tmp_path.name}"
     monkeypatch.setattr(sandbox, "gpu_key", lambda: key)
-    lock = sandbox.GpuLock(key).path
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-            "print('held', flush=True); time.sleep(60)",
-            str(lock),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+    child = _ProcessChild(
+        "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('held', flush=True); time.sleep(60)",
+        str(sandbox.GpuLock(key).path),
+        held=True,
     )
-
-    class HoldingChild:
-        proc = holder
-
-        def kill(self) -> None:
-            holder.kill()
-            holder.wait(timeout=30)
-
     try:
-        assert holder.stdout.readline().strip() == "held"
-        problem = problems.load("softmax")
-        run = verdict.Run(
-            problem, "cpu", problem.shapes("smoke")[:1], _seeds(1), torch.float32, None
-        )
+        run = _softmax_run()
         request = EvaluationRequest(problem="softmax", sources=(), timeout_s=30.0)
-        pump = _Pump(run, HoldingChild(), request, {}, 1)
+        pump = _Pump(run, child, request, {}, 1)
         pump.deadline = time.monotonic() + 1.0  # the child's deadline, as `loop` sets it
         started = time.monotonic()
 
         pump.take_gpu(shared=True)
 
         assert 0.9 <= time.monotonic() - started < 20
-        assert pump.stopped and holder.poll() is not None
+        assert pump.stopped and child.proc.poll() is not None
         assert run.failures == [
             (
                 "timeout",
@@ -248,7 +218,7 @@ def test_a_child_holding_the_gpu_lock_itself_is_killed_at_its_deadline(
         ]
         pump.release_gpu()
     finally:
-        holder.kill()
+        child.kill()
 
 
 def test_without_slots_a_run_reports_no_slot_wait() -> None:
