@@ -11,10 +11,11 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
-from rq import Queue
+from rq import Queue, Worker
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
@@ -65,6 +66,44 @@ class SafeJob(Job):
     def stopped_callback(self):
         self._refuse_callback(getattr(self, "_stopped_callback_name", None))
         return None
+
+
+RECONNECT_S = 1.0  # how often a worker whose Redis went away asks whether it is back
+
+
+def serve(
+    make_worker: Callable[[int], Worker],
+    conn: redis.Redis,
+    *,
+    burst: bool,
+    name: str,
+    on_reconnect: Callable[[], None] | None = None,
+) -> None:
+    """Run RQ workers until one ends its own way (a stop, or `burst` with the queue empty).
+
+    Redis going away (a restart, a failover) must not end a worker process: RQ's loop raises
+    ConnectionError in places it does not retry (its own bookkeeping after a job, its
+    teardown), so a fresh RQ worker (`make_worker(attempt)`, a new name each time) starts once
+    Redis answers again, after `on_reconnect`. A job cut short that way is found lost and run
+    again by the orchestrator. The GPU worker and the orchestrator both serve this way.
+    """
+    attempt = 0
+    while True:
+        try:
+            make_worker(attempt).work(burst=burst, with_scheduler=False)
+            return
+        except redis.ConnectionError as e:
+            attempt += 1
+            print(f"{name}: Redis unavailable ({e}); reconnecting", flush=True)
+            while True:
+                time.sleep(RECONNECT_S)
+                try:
+                    conn.ping()
+                    if on_reconnect is not None:
+                        on_reconnect()
+                    break
+                except redis.RedisError:
+                    continue
 
 
 def rq_queue(name: str, conn: redis.Redis | str) -> Queue:

@@ -23,7 +23,6 @@ import platform
 import signal
 import sys
 import threading
-import time
 from typing import Any
 
 import redis
@@ -40,9 +39,8 @@ from kernels.queues import (
     publish,
     register,
     rq_queue,
+    serve,
 )
-
-RECONNECT_S = 1.0
 
 _pool: Pool | None = None
 _device: str | None = None
@@ -329,26 +327,14 @@ def main(argv: list[str] | None = None) -> int:
             _pool.close()
 
     signal.signal(signal.SIGTERM, lambda *a: (shutdown(), sys.exit(0)))
-    attempt = 0
     try:
-        # Redis going away (a restart, a failover) must not end the worker: RQ's loop raises
-        # ConnectionError in places it does not retry, so start a fresh RQ worker once Redis
-        # answers again. A job cut short that way is found lost and re-run by the orchestrator.
-        while True:
-            try:
-                make_worker(attempt).work(burst=args.burst, with_scheduler=False)
-                break
-            except redis.ConnectionError as e:
-                attempt += 1
-                print(f"worker {_name}: Redis unavailable ({e}); reconnecting", flush=True)
-                while True:
-                    time.sleep(RECONNECT_S)
-                    try:
-                        conn.ping()
-                        register(conn, _name, info)
-                        break
-                    except redis.RedisError:
-                        continue
+        serve(
+            make_worker,
+            conn,
+            burst=args.burst,
+            name=f"worker {_name}",
+            on_reconnect=lambda: register(conn, _name, info),
+        )
     finally:
         shutdown()
         with contextlib.suppress(redis.RedisError):

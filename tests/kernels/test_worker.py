@@ -200,3 +200,25 @@ def test_a_bad_gpu_slots_setting_is_a_usage_error(redis_url, raw: str, message: 
     assert f"error: {message}" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not redis.Redis.from_url(redis_url).smembers("autoweb:workers")  # never registered
+
+
+def test_serve_starts_a_fresh_rq_worker_once_redis_answers_again(redis_url):
+    # RQ raises ConnectionError from its own bookkeeping when Redis goes away mid-job; the
+    # process (GPU worker or orchestrator) must go on with a new RQ worker, not end.
+    from kernels import queues
+
+    conn = redis.Redis.from_url(redis_url)
+    started, resumed = [], []
+
+    class Cut:  # an RQ worker whose Redis went away under it the first time
+        def __init__(self, attempt: int) -> None:
+            self.attempt = attempt
+
+        def work(self, burst: bool, with_scheduler: bool) -> None:
+            started.append(self.attempt)
+            if self.attempt == 0:
+                raise redis.ConnectionError("Error 111 connecting to 127.0.0.1. Refused.")
+
+    queues.serve(Cut, conn, burst=True, name="test", on_reconnect=lambda: resumed.append(1))
+
+    assert started == [0, 1] and resumed == [1]

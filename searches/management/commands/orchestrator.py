@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
+import redis
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 from rq import SimpleWorker
 
 from core import control
-from kernels.queues import SERIALIZER, SafeJob
+from kernels.queues import SERIALIZER, SafeJob, serve
 from searches.orchestrator import SWEEP_S, sweep
 
 
@@ -27,12 +29,30 @@ class Command(BaseCommand):
         self.stdout.flush()
         stop = threading.Event()
         threading.Thread(target=_sweeper, args=(stop,), daemon=True).start()
+
         # No fork per job: the loop is light, and Django's connections stay in one process.
-        worker = SimpleWorker(
-            [control.search_queue(conn)], connection=conn, serializer=SERIALIZER, job_class=SafeJob
-        )
+        def make_worker(attempt: int) -> SimpleWorker:
+            return SimpleWorker(
+                [control.search_queue(conn)],
+                connection=conn,
+                name=f"orchestrator-{os.getpid()}-{attempt}",
+                serializer=SERIALIZER,
+                job_class=SafeJob,
+            )
+
+        def resume() -> None:
+            # The jobs Redis lost with its restart: every search's loop and review's watcher is
+            # enqueued again, as at start-up (searches would also come back through the sweep).
+            try:
+                control.recover()
+            except redis.RedisError:
+                raise
+            except Exception as e:  # the database restarting too: the sweep catches up
+                self.stderr.write(f"orchestrator: resuming after Redis came back failed: {e}")
+
+        # A Redis restart must not end it (`serve`).
         try:
-            worker.work(burst=burst, with_scheduler=False)
+            serve(make_worker, conn, burst=burst, name="orchestrator", on_reconnect=resume)
         finally:
             stop.set()
 
