@@ -94,6 +94,20 @@ def app(tmp_path):
     log.close()
 
 
+def _wait_for_a_worker(page, app: str, kind: str, timeout_s: float = 120) -> None:
+    """Open the idea form once it lists a `kind` worker online. The app's page is up before its
+    worker has started (torch takes seconds to import on a loaded machine), and for a kind with
+    no worker the form asks first in a dialog, which the browser here dismisses."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page.goto(f"{app}/ideas/new")
+        online = page.get_attribute(f"input[name=target_kinds][value={kind}]", "data-online")
+        if kind in (online or "").split():
+            return
+        assert time.monotonic() < deadline, f"no {kind} worker came online"
+        time.sleep(1)
+
+
 @pytest.mark.slow
 def test_an_engineer_submits_an_idea_and_watches_trials_arrive_live(app):
     from playwright.sync_api import expect, sync_playwright
@@ -102,7 +116,7 @@ def test_an_engineer_submits_an_idea_and_watches_trials_arrive_live(app):
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()
         log_in_as_demo(page, app)
-        page.goto(f"{app}/ideas/new")
+        _wait_for_a_worker(page, app, "interpret")
         page.fill("input[name=title]", "Softmax knobs from the browser")
         page.fill("textarea[name=description]", "Try the seed's *knobs*.")
         page.select_option("select[name=problem]", "softmax")
