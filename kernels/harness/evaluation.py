@@ -359,7 +359,8 @@ def run(
 ) -> dict:
     """Run the harness once; returns the report (docs/harness.md, Report).
 
-    `on_event` receives progress (`{"phase", "shape", "of"}`); `pool` lends a started sandbox;
+    `on_event` receives progress (`{"phase", "shape", "of"}`; `{"phase": "compiled"}` once, when
+    the candidate has loaded and compiled); `pool` lends a started sandbox;
     `wrapper` is a command the sandboxed child runs under (a profiler), its directory then kept
     (`report["sandbox_dir"]`); `cached` are baseline entries per shape when screening.
 
@@ -532,7 +533,10 @@ class _Pump:
             until = self.until
             msg = self.child.next(until if compiled else min(until, compile_deadline))
             t = msg["t"]
-            compiled = compiled or t == "want_gpu" or msg.get("phase") == "verifying"
+            if not compiled and (t == "want_gpu" or msg.get("phase") == "verifying"):
+                compiled = True
+                # The caller's cue that this evaluation is past compiling (kernels.engine.flight).
+                self.run.on_event({"phase": "compiled"})
             if t == "timeout" and not compiled and time.monotonic() < until:
                 self.run.fail(
                     "timeout",

@@ -99,7 +99,7 @@ class Run:
         self.shapes = shapes
         self.seeds = seeds
         self.dtype = dtype
-        self.on_event = on_event or (lambda e: None)
+        self._on_event = on_event
         self.pdev = "cuda" if dev == "cuda" else "cpu"
         self.tol = problem.tolerance(dtype)
         self._oracles: dict[tuple[int, str], torch.Tensor] = {}
@@ -119,6 +119,20 @@ class Run:
         # Seconds waited for one of this process's reference slots (`_REFERENCE_SLOTS`): with
         # many evaluations in flight in one process, their references queue there.
         self.reference_wait = 0.0
+
+    def on_event(self, event: dict) -> None:
+        """Tell the caller of progress. Progress is for the caller's display and pacing: its
+        callback failing (a lost Redis connection while publishing) is noted in the report,
+        never taken for the candidate's failure."""
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception as e:
+            if not any(n.startswith("progress not delivered") for n in self.notes):
+                self.notes.append(
+                    f"progress not delivered to the caller: {type(e).__name__}: {e}"[:300]
+                )
 
     @contextlib.contextmanager
     def reference_slot(self) -> Iterator[None]:

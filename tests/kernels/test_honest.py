@@ -55,3 +55,24 @@ def test_a_seed_retuned_to_its_extreme_knob_values_is_still_accepted(name: str, 
     report = evaluate(name, retuned, device="interpret", tier="smoke")
 
     _assert_clean(report, f"{name} seed with {values}")
+
+
+def test_progress_says_compiled_once_before_verifying_and_its_failures_fail_nothing() -> None:
+    # "compiled" is what a search's flight waits for (kernels.engine.flight); the callback is
+    # the caller's (a worker publishes to Redis): its failing is no fault of the candidate.
+    problem = problems.load("softmax")
+    phases: list[str] = []
+
+    def on_event(event: dict) -> None:
+        phases.append(event["phase"])
+        raise ConnectionError("Redis went away")
+
+    report = evaluate(problem, problem.seed_path.read_text(), device="interpret", tier="smoke",
+                      on_event=on_event)  # fmt: skip
+
+    _assert_clean(report, "softmax seed with a failing progress callback")
+    assert phases.count("compiled") == 1
+    assert phases.index("compiling") < phases.index("compiled") < phases.index("verifying")
+    assert [n for n in report["notes"] if n.startswith("progress not delivered")] == [
+        "progress not delivered to the caller: ConnectionError: Redis went away"
+    ]
