@@ -3,7 +3,8 @@
 # a file, screening throughput before and after the baseline cache, then a tune of the user's
 # problem in benchmarks/user_problems from its naive seed, ending with the per-shape table.
 # Writes under $1 (default: ./out).
-# Env: JOBS (on the GPU, 8), AHEAD (more compiling meanwhile, 4), TRIALS (120), TUNE_MINUTES
+# Env: JOBS (on the GPU, 8), AHEAD (more compiling meanwhile, 4), LINGER (a compile past it gives
+# its place in flight to the next, 20 s; 0: never), TRIALS (120), TUNE_MINUTES
 # (4), BEFORE (6), THROUGHPUT (48), ROUNDTRIP (1; 0 skips the round trip of one output).
 set -u
 OUT=${1:-out}
@@ -18,5 +19,5 @@ if [ "${ROUNDTRIP:-1}" != 0 ]; then
 fi
 timeout "${SEARCH_TIMEOUT:-560}" python3 benchmarks/search_proof.py --out "$OUT/search.json" \
   --problems-dir benchmarks/user_problems --problem token_logprobs --jobs "${JOBS:-8}" \
-  --ahead "${AHEAD:-4}" --before "${BEFORE:-6}" --throughput "${THROUGHPUT:-48}" --trials "${TRIALS:-120}" \
+  --ahead "${AHEAD:-4}" --linger "${LINGER:-20}" --before "${BEFORE:-6}" --throughput "${THROUGHPUT:-48}" --trials "${TRIALS:-120}" \
   --tune-minutes "${TUNE_MINUTES:-4}" 2>&1 | tee "$OUT/search.log" | tail -60

@@ -2,13 +2,15 @@
 # Both throughput figures of docs/benchmarks/search.md in one invocation, on the user's problem in
 # benchmarks/user_problems: screening evaluations per GPU-minute (search_proof.py: the baselines
 # measured once, then THROUGHPUT distinct configurations of the seed, JOBS on the GPU and AHEAD
-# more loading and compiling meanwhile), then the whole stack (stack_proof.py: `manage.py up`
-# with WORKERS CUDA workers, two tuner searches from the seed for a WINDOW-second window).
-# `nvidia-smi dmon` samples the GPU each second during each. Writes under $1 (default: ./out).
-# Needs redis-server on PATH for the stack.
-# Env: PARTS ("search stack": either or both), JOBS (12), AHEAD (4), THROUGHPUT (96), WORKERS (8),
-# WINDOW (140), SEARCH_TIMEOUT (200), STACK_TIMEOUT (320). AUTOWEB_CUDA_SYNC and, for the stack,
-# AUTOWEB_GPU_SLOTS reach the sandboxes and the workers (docs/deploy.md).
+# more loading and compiling meanwhile, a compile past LINGER seconds giving its place to the
+# next), then the whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two
+# tuner searches from the seed for a WINDOW-second window). `nvidia-smi dmon` samples the GPU
+# each second during each. Writes under $1 (default: ./out). Needs redis-server on PATH for the
+# stack.
+# Env: PARTS ("search stack": either or both), JOBS (12), AHEAD (4), LINGER (20; 0: never),
+# THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (200), STACK_TIMEOUT (320).
+# AUTOWEB_CUDA_SYNC and, for the stack, AUTOWEB_GPU_SLOTS reach the sandboxes and the workers
+# (docs/deploy.md).
 set -u
 OUT=${1:-out}
 mkdir -p "$OUT"
@@ -27,7 +29,7 @@ if [[ " ${PARTS:-search stack} " == *" search "* ]]; then
   sample_gpu search
   timeout "${SEARCH_TIMEOUT:-200}" python3 benchmarks/search_proof.py --out "$OUT/search.json" \
     --problems-dir benchmarks/user_problems --problem token_logprobs --jobs "${JOBS:-12}" \
-    --ahead "${AHEAD:-4}" --before 0 --throughput "${THROUGHPUT:-96}" --trials 0 > "$OUT/search.log" 2>&1
+    --ahead "${AHEAD:-4}" --linger "${LINGER:-20}" --before 0 --throughput "${THROUGHPUT:-96}" --trials 0 > "$OUT/search.log" 2>&1
   echo "search_proof exit $?"
   kill "$DMON" 2>/dev/null
   tail -6 "$OUT/search.log"

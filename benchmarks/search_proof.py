@@ -12,7 +12,8 @@ Phases (each on the full sweep):
 2. `before`: `--before` evaluations of distinct knob configurations the old way (both
    baselines compiled and timed with every candidate, a fixed 0.5 s of timing per shape);
 3. `after`: `--throughput` screening evaluations of distinct configurations (cached baselines,
-   adaptive timing, `--jobs` on the GPU and `--ahead` more loading and compiling meanwhile);
+   adaptive timing, `--jobs` on the GPU and `--ahead` more loading and compiling meanwhile, a
+   compile past `--linger` seconds giving its place to the next);
 4. `tune`: the tuner from the seed (`--trials`, at most `--tune-minutes` of proposing), its
    wins confirmed by interleaved re-times, then its best candidates and both baselines timed
    together for the per-shape table.
@@ -26,13 +27,14 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels import problems  # noqa: E402
+from kernels.engine.flight import Flight  # noqa: E402
 from kernels.engine.proposers import KnobProposer, Tried  # noqa: E402
 from kernels.engine.tuner import Tuner  # noqa: E402
 from kernels.harness import (  # noqa: E402
@@ -109,21 +111,33 @@ def _median(xs: list[float]) -> float | None:
     return round(xs[len(xs) // 2], 3) if xs else None
 
 
-def rate(sources: list[str], jobs: int, ev, ahead: int = 0) -> dict:
-    """Evaluate the sources with `jobs` + `ahead` in flight (`ev` bounds those on the GPU);
-    evaluations per minute of wall clock, over the whole run and in the steady state (between
-    the first and the last `jobs` finishing, where the pipeline is full)."""
+def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0) -> dict:
+    """Evaluate the sources with `jobs` + `ahead` in flight (`ev(source, on_event)` bounds those
+    on the GPU), a compile past `linger` seconds giving its place to the next, at most
+    max(1, `ahead`) at a time (kernels.engine.flight, as `kernels tune` does); evaluations per
+    minute of wall clock, over the whole run and in the steady state (between the first and
+    the last `jobs` finishing, where the pipeline is full)."""
     done_at: list[float] = []
     t0 = time.perf_counter()
+    spare = max(1, ahead) if linger else 0
+    flight = Flight(jobs + ahead, linger_s=linger or None, spare=spare)
 
-    def one(src: str) -> dict:
-        report = ev(src)
+    def one(src: str, ticket) -> dict:
+        try:
+            report = ev(src, ticket.on_event)
+        finally:
+            ticket.end()
         with _lock:
             done_at.append(time.perf_counter() - t0)
         return report
 
-    with HostLoad() as load, ThreadPoolExecutor(jobs + ahead) as pool:
-        reports = list(pool.map(one, sources))
+    with HostLoad() as load, ThreadPoolExecutor(jobs + ahead + spare) as pool:
+        futures = []
+        for src in sources:
+            flight.wait_for_place()
+            futures.append(pool.submit(one, src, flight.begin()))
+        wait(futures)
+        reports = [f.result() for f in futures]
     minutes = (time.perf_counter() - t0) / 60
     done_at.sort()
     steady = None
@@ -135,6 +149,8 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0) -> dict:
         "evaluations": len(reports),
         "jobs": jobs,
         "ahead": ahead,
+        "linger_s": linger or None,
+        "lingered": flight.gave_up,
         "minutes": round(minutes, 3),
         "per_minute": round(len(reports) / minutes, 1) if minutes else None,
         "steady_per_minute": steady,
@@ -171,6 +187,13 @@ def main() -> int:
         default=4,
         help="evaluations beyond --jobs loading and compiling meanwhile (the screening phase)",
     )
+    ap.add_argument(
+        "--linger",
+        type=float,
+        default=20.0,
+        help="a candidate still compiling after this many seconds gives its place in flight to "
+        "the next, at most max(1, --ahead) at a time (0: never)",
+    )
     ap.add_argument("--trials", type=int, default=120)
     ap.add_argument("--tune-minutes", type=float, default=5.0)
     ap.add_argument("--budget", type=float, default=0.5)
@@ -197,6 +220,9 @@ def main() -> int:
     # More warm sandboxes than evaluations in flight: a finished one is replaced in the
     # background, and the next evaluation should not wait for Python, torch and CUDA to start.
     pool = Pool(args.device, size=args.jobs + args.ahead + 4)
+    if not (args.linger == 0 or args.linger > 0):
+        ap.error("--linger is a number of seconds above 0, or 0 to turn it off")
+    spare = max(1, args.ahead) if args.linger else 0
     cache = (
         BaselineCache(Path(os.environ.get("TMPDIR", "/tmp")) / "autoweb-search-proof")
         if gpu
@@ -225,18 +251,21 @@ def main() -> int:
             out["before"] = rate(
                 variants[: args.before],
                 min(args.jobs, args.before),
-                lambda s: evaluate(problem, s, **common),
+                lambda s, on_event: evaluate(problem, s, on_event=on_event, **common),
             )
             log("before:", out["before"]["per_minute"], "evaluations per minute")
             save()
         # 3. after: screening with the cache
         if args.throughput:
-            slots = threading.Semaphore(args.jobs) if args.ahead else None
+            slots = threading.Semaphore(args.jobs) if args.ahead or args.linger else None
             out["after"] = rate(
                 variants[args.before :],
                 args.jobs,
-                lambda s: evaluate(problem, s, baselines=cache, gpu_slots=slots, **common),
+                lambda s, on_event: evaluate(
+                    problem, s, baselines=cache, gpu_slots=slots, on_event=on_event, **common
+                ),
                 ahead=args.ahead,
+                linger=args.linger,
             )
             log(
                 "after:",
@@ -250,12 +279,12 @@ def main() -> int:
         # 4. the tune from the seed
         if args.trials:
             t0 = time.perf_counter()
-            tslots = threading.Semaphore(args.jobs) if args.ahead else None
+            tslots = threading.Semaphore(args.jobs) if args.ahead or args.linger else None
             tuner = Tuner(
                 seed,
                 trials=args.trials,
-                evaluate=lambda s: evaluate(
-                    problem, s, baselines=cache, gpu_slots=tslots, **common
+                evaluate=lambda s, on_event=None: evaluate(
+                    problem, s, baselines=cache, gpu_slots=tslots, on_event=on_event, **common
                 ),
                 retime=(lambda srcs: retime(problem, srcs, baselines=cache, **common))
                 if gpu
@@ -265,6 +294,8 @@ def main() -> int:
                 else None,
                 jobs=args.jobs + args.ahead,
                 max_minutes=args.tune_minutes,
+                linger_s=args.linger or None,
+                spare=spare,
                 on_trial=lambda r: log(f"[{r['index']:3d}]", r["description"]),
             )
             log("strategy:", tuner.strategy, "-", tuner.proposer.why)

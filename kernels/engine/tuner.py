@@ -6,7 +6,9 @@ confirms a win) and optionally `together(sources) -> timings` (candidates and ba
 interleaved on every shape, which the per-shape table is built from). `jobs` evaluations stay
 in flight: as soon as one finishes the next is proposed, so compiling and verifying overlap the
 GPU's timing, and a slow one does not hold the others up; verdicts are still reached in
-proposal order, with the judge every path shares.
+proposal order, with the judge every path shares. With `linger_s`, an evaluation still compiling
+that long gives its place to the next (at most `spare` at a time, `kernels.engine.flight`); the
+tuner then calls `evaluate(source, on_event=...)` to hear when each has compiled.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from kernels.engine import compose, judge
+from kernels.engine.flight import Flight, Ticket
 from kernels.engine.judge import CONFIRM, FAILED, KEPT, REVERTED, Numbers
 from kernels.engine.proposers import KnobProposer, Proposal, Tried, describe
 from kernels.knobs import KnobValue
 from kernels.problems import ProblemError
 
 Report = dict[str, Any]
-Evaluate = Callable[[str], Report]
+Evaluate = Callable[..., Report]  # evaluate(source); with linger_s, evaluate(source, on_event=...)
 Retime = Callable[[list[str]], list[dict[str, Any]]]
 Together = Callable[[list[str]], dict[str, Any]]
 
@@ -67,6 +70,7 @@ class TuneResult:
     table: dict[str, Any] | None = None
     table_sources: dict[str, str] | None = None  # kernel name in the table -> its source
     minutes: float | None = None
+    lingered: int = 0  # evaluations that gave their place in flight up while still compiling
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -93,6 +97,8 @@ class Tuner:
         on_trial: Callable[[TrialRecord], None] | None = None,
         jobs: int = 1,
         max_minutes: float | None = None,
+        linger_s: float | None = None,
+        spare: int = 0,
     ) -> None:
         if max_minutes is not None and not max_minutes > 0:
             raise ValueError(f"max_minutes must be above 0, got {max_minutes}")
@@ -100,6 +106,10 @@ class Tuner:
             raise ValueError(f"trials must be at least 1, got {trials}")
         if jobs < 1:
             raise ValueError(f"jobs must be at least 1, got {jobs}")
+        if linger_s is not None and not linger_s > 0:
+            raise ValueError(f"linger_s must be above 0 or None, got {linger_s}")
+        if spare < 0:
+            raise ValueError(f"spare must be 0 or more, got {spare}")
         self.source = source
         self.trials = trials
         self.evaluate = evaluate
@@ -107,6 +117,9 @@ class Tuner:
         self.together = together
         self.on_trial = on_trial
         self.jobs = jobs
+        # Evaluations still compiling after linger_s give their place up, `spare` at most.
+        self.linger_s = linger_s if spare else None
+        self.spare = spare if linger_s is not None else 0
         # A time budget: no new proposal once it is spent (those in flight finish).
         self.max_minutes = max_minutes
         # KnobError here, before any evaluation
@@ -130,7 +143,8 @@ class Tuner:
         # every earlier result, however fast the evaluation returns (the sequence for a seed is
         # then the same from run to run).
         order: deque[tuple[Proposal, int, Future]] = deque()
-        with ThreadPoolExecutor(self.jobs) as pool:
+        flight = Flight(self.jobs, linger_s=self.linger_s, spare=self.spare)
+        with ThreadPoolExecutor(self.jobs + self.spare) as pool:
             while True:
                 # The one error an evaluation raises (ProblemError: the problem fails on its
                 # own, so no config can be judged) ends the search as soon as it is seen.
@@ -146,7 +160,7 @@ class Tuner:
                         proposal.knob_values, record["geomean_ms"], record["status"] == FAILED
                     )
                 if (
-                    sum(1 for _, _, f in order if not f.done()) < self.jobs
+                    flight.has_place()
                     and len(tried) < self.trials
                     and not self._out_of_time(started)
                 ):
@@ -154,15 +168,25 @@ class Tuner:
                     if proposal is not None:
                         tried.append(Tried(proposal.knob_values, None, False, pending=True))
                         at = len(tried) - 1
-                        order.append((proposal, at, pool.submit(self._timed_evaluate, proposal)))
+                        ticket = flight.begin()
+                        future = pool.submit(self._timed_evaluate, proposal, ticket)
+                        order.append((proposal, at, future))
                         continue
                 if not order:
                     break
-                wait([f for _, _, f in order if not f.done()], return_when=FIRST_COMPLETED)
+                # Woken by an evaluation ending, or when one still compiling could give its
+                # place up.
+                wait(
+                    [f for _, _, f in order if not f.done()],
+                    timeout=flight.wake_in(),
+                    return_when=FIRST_COMPLETED,
+                )
         screening_minutes = (time.perf_counter() - started) / 60
         table, table_sources = self._table()
-        return self._result(screening_minutes, (time.perf_counter() - started) / 60, table,
-                            table_sources)  # fmt: skip
+        result = self._result(screening_minutes, (time.perf_counter() - started) / 60, table,
+                              table_sources)  # fmt: skip
+        result.lingered = flight.gave_up
+        return result
 
     def _out_of_time(self, started: float) -> bool:
         return (
@@ -172,16 +196,22 @@ class Tuner:
 
     # -- one trial ----------------------------------------------------------------------------
 
-    def _timed_evaluate(self, proposal: Proposal) -> tuple:
+    def _timed_evaluate(self, proposal: Proposal, ticket: Ticket) -> tuple:
         started = time.perf_counter()
-        report, failure, reason = self._evaluate(proposal.source)
+        try:
+            report, failure, reason = self._evaluate(proposal.source, ticket)
+        finally:
+            ticket.end()  # before the future is done: the loop then sees its place free
         return report, failure, reason, time.perf_counter() - started
 
-    def _evaluate(self, source: str) -> tuple[Report | None, str | None, str]:
+    def _evaluate(self, source: str, ticket: Ticket) -> tuple[Report | None, str | None, str]:
         """Run evaluate; raises only ProblemError (a problem that fails on its own stops the
         search). Returns (report, failure category or None, reason)."""
         try:
-            report = self.evaluate(source)
+            if self.linger_s is not None:
+                report = self.evaluate(source, on_event=ticket.on_event)
+            else:
+                report = self.evaluate(source)
         except ProblemError:
             raise
         except Exception as exc:  # a failed config is data, not a reason to stop the search

@@ -36,6 +36,29 @@ def test_a_compile_that_runs_out_its_budget_holds_no_slot_when_others_compile_ah
     assert slot_replay.replay(evals, jobs=1, ahead=2) == pytest.approx(4 / (10 / 60))
 
 
+def test_a_compile_past_linger_gives_its_place_to_the_next() -> None:
+    # The same, one place and one slot, and a compile still going at 2 s gives its place up:
+    # the three others run one after another from then (done at 4, 6 and 8 s), the slow one
+    # still ends at 10 s.
+    evals = [(10.0, None), (1.0, 1.0), (1.0, 1.0), (1.0, 1.0)]
+    assert slot_replay.replay(evals, jobs=1, ahead=0, linger=2.0, spare=1) == pytest.approx(
+        4 / (10 / 60)
+    )
+
+
+def test_no_more_than_spare_compiles_give_their_places_up() -> None:
+    # Two slow compiles first. With two spares both give their places up (at 2 and 4 s) and
+    # the four quick ones run from 4 s (done at 6, 8, 10, 12). With one, the second must wait
+    # for the first to end at 10 s: the quick ones run from 10 s (done at 12, 14, 16, 18).
+    evals = [(10.0, None), (10.0, None)] + [(1.0, 1.0)] * 4
+    assert slot_replay.replay(evals, jobs=1, ahead=0, linger=2.0, spare=2) == pytest.approx(
+        6 / (12 / 60)
+    )
+    assert slot_replay.replay(evals, jobs=1, ahead=0, linger=2.0, spare=1) == pytest.approx(
+        6 / (18 / 60)
+    )
+
+
 def test_a_run_made_with_slots_has_its_slot_waits_taken_out_of_the_gpu_stages() -> None:
     run = {
         "timelines": [{"want_gpu": 1.0, "done": 6.0}, None],
@@ -57,10 +80,10 @@ def test_the_command_line_replays_a_recorded_run() -> None:
     res = run_script(
         "slot_replay.py",
         "docs/benchmarks/search/search-2026-12-05-g.json",
-        *("--ahead", "0", "4", "--give-up-after", "20"),
+        *("--ahead", "0", "4", "--linger", "20"),
         timeout=120,
     )
 
     assert res.returncode == 0, res.stderr
     assert "measured: 50.3 evaluations per minute, 12 in flight" in res.stdout
-    assert "replayed: --jobs 12 --ahead 4:" in res.stdout
+    assert "replayed: --jobs 12 --ahead 4 --linger 20:" in res.stdout

@@ -162,6 +162,8 @@ def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
         (["--jobs", "200", "--ahead", "57"], "--ahead must be from 0 to 56 (--jobs + --ahead)"),
         # The default --ahead (a third of --jobs) never exceeds the cap: the next check speaks.
         (["--jobs", "250", "--minutes", "0"], "--minutes must be above 0"),
+        (["--linger", "-5"], "--linger is a number of seconds above 0, or 0 to turn it off"),
+        (["--linger", "nan"], "--linger is a number of seconds above 0, or 0 to turn it off"),
     ],
     ids=[
         "zero_trials",
@@ -171,6 +173,8 @@ def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
         "negative_ahead",
         "too_many_in_flight",
         "default_ahead_within_the_cap",
+        "negative_linger",
+        "nan_linger",
     ],
 )
 def test_tune_exits_2_on_a_budget_that_allows_nothing(args: list, message: str) -> None:

@@ -668,3 +668,82 @@ def test_with_one_job_every_proposal_sees_every_earlier_result() -> None:
 
     assert len(pending_seen) >= 30
     assert set(pending_seen) == {0}
+
+
+class Compiles:
+    """An evaluate that says when it has compiled (as the harness does) after a delay set per
+    config: `slow` configs compile for `slow_s` and then fail at their compile budget, like the
+    configurations that run out the screening budget on a GPU; the rest compile at once."""
+
+    def __init__(self, slow: set[int], slow_s: float = 1.5) -> None:
+        import threading
+
+        self.slow, self.slow_s = slow, slow_s
+        self.lock = threading.Lock()
+        self.t0 = time.monotonic()
+        self.spans: dict[int, tuple[float, float]] = {}  # config A -> (started, ended)
+
+    def __call__(self, source: str, on_event=None) -> dict:
+        values = {k.name: k.value for k in parse_knobs(source)}
+        a = values["A"]
+        began = time.monotonic() - self.t0
+        if a in self.slow:
+            time.sleep(self.slow_s)
+            out = {"verdict": "rejected", "failure": "timeout", "reasons": ["compile budget"],
+                   "summary": {}}  # fmt: skip
+        else:
+            if on_event is not None:
+                on_event({"phase": "compiled"})
+            time.sleep(0.05)
+            out = {"verdict": "accepted", "failure": None, "reasons": [],
+                   "summary": {"geomean_ms": 1.0 + a / 100, "noise": 0.001}}  # fmt: skip
+        with self.lock:
+            self.spans[a] = (began, time.monotonic() - self.t0)
+        return out
+
+
+LINE_SRC = "A = 0  # tune: " + ", ".join(str(i) for i in range(8)) + "\n"
+
+
+def _tune_line(evaluate, **kw):
+    """The 8 configs of LINE_SRC; returns the result and the values of A in proposal order."""
+    tuner = Tuner(LINE_SRC, trials=8, evaluate=evaluate, retime=probe_retime, **kw)
+    result = tuner.run()
+    return result, [r["values"]["A"] for r in result.trials]
+
+
+def test_a_long_compile_gives_its_place_to_the_next_after_linger_s() -> None:
+    ev = Compiles(slow={0})
+    result, order = _tune_line(ev, jobs=1, linger_s=0.2, spare=1)
+
+    assert order[0] == 0
+    slow_start, slow_end = ev.spans[0]
+    # the next ones ran, one at a time (one place), while the slow one ran out its budget
+    assert ev.spans[order[1]][0] >= slow_start + 0.15
+    assert all(ev.spans[a][1] < slow_end for a in order[1:4])
+    assert result.lingered == 1
+    # verdicts are still in proposal order: the slow one first
+    assert result.trials[0]["values"] == {"A": order[0]} and result.trials[0]["status"] == "failed"
+    assert result.evaluations == 8
+
+
+def test_without_linger_a_long_compile_holds_its_place_to_the_end() -> None:
+    ev = Compiles(slow={0}, slow_s=0.6)
+    result, _ = _tune_line(ev, jobs=1)
+
+    slow_end = ev.spans[0][1]
+    assert all(began >= slow_end for a, (began, _) in ev.spans.items() if a != 0)
+    assert result.lingered == 0
+
+
+def test_no_more_than_spare_long_compiles_run_beside_the_places() -> None:
+    ev = Compiles(slow={0, 7}, slow_s=1.0)  # the first two proposals (exhaustive: 0, 7, 4, ...)
+    result, order = _tune_line(ev, jobs=1, linger_s=0.2, spare=1)
+    assert order[:2] == [0, 7]
+
+    first, second = ev.spans[order[0]], ev.spans[order[1]]
+    assert second[0] >= first[0] + 0.15  # the first gave its place up
+    # the second, slow too, could not: the spare was taken, so the third waited for the first
+    third = ev.spans[order[2]]
+    assert third[0] >= first[1] - 0.01
+    assert result.lingered == 2  # the second gave its place up once the first ended

@@ -1,0 +1,129 @@
+"""Evaluations in flight (kernels.engine.flight): places, and giving one up while compiling.
+The clock is a test's own, so each case is exact; the tuner's use of it runs real threads in
+tests/kernels/test_engine_tuner.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kernels.engine.flight import Flight
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_without_linger_every_evaluation_holds_its_place_to_the_end() -> None:
+    clock = Clock()
+    flight = Flight(2, clock=clock)
+    a, b = flight.begin(), flight.begin()
+    clock.now = 1000.0
+    assert flight.holding() == 2 and not flight.has_place()
+    assert flight.wake_in() is None
+    a.end()
+    assert flight.has_place() and flight.holding() == 1
+    a.end()  # twice is once
+    assert flight.holding() == 1
+    b.end()
+    assert flight.holding() == 0
+
+
+def test_a_compile_past_linger_gives_its_place_up_and_never_takes_it_back() -> None:
+    clock = Clock()
+    flight = Flight(2, linger_s=20.0, spare=1, clock=clock)
+    slow, quick = flight.begin(), flight.begin()
+    quick.on_event({"phase": "compiling"})
+    quick.on_event({"phase": "compiled"})
+    assert not flight.has_place()
+    assert flight.wake_in() == 20.0  # the slow one could give its place up then
+    clock.now = 19.9
+    assert not flight.has_place()
+    clock.now = 20.0
+    assert flight.has_place() and flight.lingering() == 1
+    assert flight.gave_up == 1
+    slow.on_event({"phase": "compiled"})  # it compiled after all: it keeps no place
+    assert flight.holding() == 1 and flight.lingering() == 1
+    slow.end()
+    assert flight.lingering() == 0 and flight.holding() == 1
+
+
+def test_an_evaluation_that_compiled_keeps_its_place_however_long_it_runs() -> None:
+    # It waits for a GPU slot or is on the GPU: the next would only wait behind it.
+    clock = Clock()
+    flight = Flight(1, linger_s=20.0, spare=4, clock=clock)
+    t = flight.begin()
+    t.on_event({"phase": "compiled"})
+    clock.now = 500.0
+    assert not flight.has_place() and flight.wake_in() is None
+    t.end()
+    assert flight.has_place()
+
+
+def test_at_most_spare_give_their_places_up_the_oldest_first() -> None:
+    clock = Clock()
+    flight = Flight(3, linger_s=10.0, spare=2, clock=clock)
+    first = flight.begin()
+    clock.now = 1.0
+    second = flight.begin()
+    clock.now = 2.0
+    third = flight.begin()
+    clock.now = 30.0
+    assert flight.lingering() == 2 and flight.holding() == 1
+    assert first.lingering and second.lingering and not third.lingering
+    assert flight.wake_in() is None  # no spare left: nothing more can change by time alone
+    clock.now = 31.0
+    late = flight.begin()
+    assert flight.holding() == 2 and flight.has_place()
+    first.end()  # a spare comes back: the oldest still compiling past 10 s takes it
+    assert third.lingering and not late.lingering
+    assert flight.lingering() == 2 and flight.holding() == 1
+    assert flight.gave_up == 3
+    assert flight.wake_in() is None
+    second.end()
+    assert flight.wake_in() == 10.0  # `late`, 10 s after it started
+
+
+@pytest.mark.parametrize(("linger_s", "spare"), [(20.0, 0), (None, 3)])
+def test_linger_needs_both_a_time_and_a_spare(linger_s, spare) -> None:
+    clock = Clock()
+    flight = Flight(1, linger_s=linger_s, spare=spare, clock=clock)
+    flight.begin()
+    clock.now = 1e6
+    assert flight.holding() == 1 and flight.lingering() == 0 and flight.wake_in() is None
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"places": 0}, "places must be at least 1"),
+        ({"places": 2, "linger_s": 0.0, "spare": 1}, "linger_s must be above 0"),
+        ({"places": 2, "linger_s": float("nan"), "spare": 1}, "linger_s must be above 0"),
+        ({"places": 2, "spare": -1}, "spare must be 0 or more"),
+    ],
+)
+def test_bad_settings_are_refused(kw, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        Flight(**kw)
+
+
+def test_wait_for_place_returns_when_one_ends_or_one_gives_its_place_up() -> None:
+    flight = Flight(1, linger_s=0.3, spare=1)
+    held = flight.begin()
+    started = time.monotonic()
+    flight.wait_for_place()  # `held` never says it compiled: it gives its place up at 0.3 s
+    assert 0.25 <= time.monotonic() - started < 5
+    assert held.lingering
+
+    compiled = flight.begin()
+    compiled.on_event({"phase": "compiled"})
+    threading.Timer(0.2, compiled.end).start()
+    started = time.monotonic()
+    flight.wait_for_place()
+    assert 0.15 <= time.monotonic() - started < 5
