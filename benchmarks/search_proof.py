@@ -72,19 +72,25 @@ def configs(source: str, n: int) -> list[str]:
 
 class HostLoad:
     """The host's CPU use, sampled once a second while a phase runs: whether the evaluations in
-    flight wait for the cores (sandboxed children, compiles, this process) or for the GPU."""
+    flight wait for the cores (sandboxed children, compiles, this process) or for the GPU. This
+    process's own use is sampled apart (in percent of one core): it reads every child's messages
+    and outputs and computes their references, under one interpreter lock."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
+        self.own: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         import psutil
 
+        me = psutil.Process()
         psutil.cpu_percent(None)
+        me.cpu_percent(None)
         while not self._stop.wait(1.0):
             self.samples.append(psutil.cpu_percent(None))
+            self.own.append(me.cpu_percent(None))
 
     def __enter__(self) -> HostLoad:
         self._thread.start()
@@ -97,12 +103,14 @@ class HostLoad:
     def summary(self) -> dict:
         import psutil
 
-        xs = sorted(self.samples)
+        xs, own = sorted(self.samples), sorted(self.own)
         return {
             "cores": psutil.cpu_count(),
             "samples": len(xs),
             "median_percent": xs[len(xs) // 2] if xs else None,
             "max_percent": xs[-1] if xs else None,
+            "caller_median_percent_of_a_core": own[len(own) // 2] if own else None,
+            "caller_max_percent_of_a_core": own[-1] if own else None,
         }
 
 
@@ -162,7 +170,10 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
         "gpu_wait": [r.get("gpu_wait") for r in reports],
         "median_gpu_wait": {
             k: _median([(r.get("gpu_wait") or {}).get(k) for r in reports])
-            for k in ("shared_s", "exclusive_s", "holds", "slot_s", "reference_s")
+            for k in (
+                *("shared_s", "exclusive_s", "holds", "slot_s", "reference_s"),
+                *("held_shared_s", "held_exclusive_s", "held_shared_max_s"),
+            )
         },
         "host_cpu": load.summary(),
         "shape_ms": [[sh.get("candidate_ms") for sh in r.get("shapes", [])] for r in reports],

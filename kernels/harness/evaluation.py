@@ -503,6 +503,13 @@ class _Pump:
     # what an evaluation in flight beside others loses to them (the report's `gpu_wait`).
     waited: dict[str, float] = field(default_factory=lambda: {"shared_s": 0.0, "exclusive_s": 0.0})
     holds: int = 0
+    # Seconds the GPU lock was held, per kind, and the longest shared hold: an exclusive phase
+    # that asks waits for the shared holds in progress to end, and every shared ask waits
+    # behind it meanwhile.
+    held: dict[str, float] = field(
+        default_factory=lambda: {"shared_s": 0.0, "exclusive_s": 0.0, "shared_max_s": 0.0}
+    )
+    _held_since: float | None = None
     shape: int | None = None  # the shape the child last said it works on
     slots: threading.Semaphore | sandbox.GpuSlots | None = None  # `run`'s gpu_slots
     slotted: bool = False  # this run holds one of them
@@ -573,6 +580,12 @@ class _Pump:
     def release_gpu(self) -> None:
         if self.lock is not None:
             self.lock.release()
+            if self._held_since is not None:
+                held = time.monotonic() - self._held_since
+                self._held_since = None
+                self.held["shared_s" if self.lock.shared else "exclusive_s"] += held
+                if self.lock.shared:
+                    self.held["shared_max_s"] = max(self.held["shared_max_s"], held)
             self.lock = None
 
     def take_gpu_shared(self) -> None:
@@ -629,12 +642,14 @@ class _Pump:
         why = f"no result within {self.timeout_s:.0f} s (it was waiting for the GPU)"
         with self._bounded(left, why):
             self.lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared).acquire()
-        self.waited["shared_s" if shared else "exclusive_s"] += time.monotonic() - asked
+        self._held_since = time.monotonic()
+        self.waited["shared_s" if shared else "exclusive_s"] += self._held_since - asked
         self.holds += 1
 
     def gpu_wait(self) -> dict:
         waited = {**self.waited, "reference_s": self.run.reference_wait if self.run else 0.0}
-        return {**{k: round(v, 3) for k, v in waited.items()}, "holds": self.holds}
+        held = {f"held_{k}": round(v, 3) for k, v in self.held.items()}
+        return {**{k: round(v, 3) for k, v in waited.items()}, "holds": self.holds, **held}
 
     def share_gpu_and_verify_timed(self) -> None:
         # The exclusive phase is over: the timed outputs are compared with their references

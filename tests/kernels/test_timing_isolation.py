@@ -221,6 +221,28 @@ def test_a_child_holding_the_gpu_lock_itself_is_killed_at_its_deadline(
         child.kill()
 
 
+def test_how_long_the_gpu_lock_was_held_is_reported_per_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An exclusive phase waits for the shared holds in progress to end: how long they are is
+    # what the others in flight wait for (the report's gpu_wait).
+    monkeypatch.setattr(sandbox, "gpu_key", lambda: f"test-{tmp_path.name}")
+    request = EvaluationRequest(problem="softmax", sources=())
+    pump = _Pump(run=None, child=None, request=request, dinfo={}, n_sources=1)
+    for shared, seconds in ((True, 0.2), (True, 0.05), (False, 0.1)):
+        pump.take_gpu(shared=shared)
+        time.sleep(seconds)
+        pump.release_gpu()
+    pump.release_gpu()  # nothing held: nothing counted
+
+    wait = pump.gpu_wait()
+
+    assert wait["holds"] == 3
+    assert 0.25 <= wait["held_shared_s"] < 0.25 + 5
+    assert 0.2 <= wait["held_shared_max_s"] < wait["held_shared_s"]
+    assert 0.1 <= wait["held_exclusive_s"] < 5
+
+
 def test_without_slots_a_run_reports_no_slot_wait() -> None:
     pump = _Pump(run=None, child=None, request=None, dinfo={}, n_sources=1)
 
