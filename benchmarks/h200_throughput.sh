@@ -8,7 +8,8 @@
 # each second during each. Writes under $1 (default: ./out). Needs redis-server on PATH for the
 # stack.
 # Env: PARTS ("search stack": either or both), JOBS (12), AHEAD (4), LINGER (20; 0: never),
-# THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (200), STACK_TIMEOUT (320).
+# THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (200), STACK_TIMEOUT (320),
+# REUSE_BASELINES (set: the screening takes the baselines an earlier run on this host cached).
 # AUTOWEB_CUDA_SYNC and, for the stack, AUTOWEB_GPU_SLOTS reach the sandboxes and the workers
 # (docs/deploy.md).
 set -u
@@ -29,7 +30,8 @@ if [[ " ${PARTS:-search stack} " == *" search "* ]]; then
   sample_gpu search
   timeout "${SEARCH_TIMEOUT:-200}" python3 benchmarks/search_proof.py --out "$OUT/search.json" \
     --problems-dir benchmarks/user_problems --problem token_logprobs --jobs "${JOBS:-12}" \
-    --ahead "${AHEAD:-4}" --linger "${LINGER:-20}" --before 0 --throughput "${THROUGHPUT:-96}" --trials 0 > "$OUT/search.log" 2>&1
+    --ahead "${AHEAD:-4}" --linger "${LINGER:-20}" --before 0 --throughput "${THROUGHPUT:-96}" --trials 0 \
+    ${REUSE_BASELINES:+--reuse-baselines} > "$OUT/search.log" 2>&1
   echo "search_proof exit $?"
   kill "$DMON" 2>/dev/null
   tail -6 "$OUT/search.log"

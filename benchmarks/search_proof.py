@@ -8,7 +8,8 @@ table. Writes one JSON file and prints the figures docs/benchmarks/search.md rec
 
 Phases (each on the full sweep):
 1. `cold`: the baseline cache for the problem measured in a clean sandbox (once per GPU,
-   problem and versions; what a first search pays);
+   problem and versions; what a first search pays), or with `--reuse-baselines` taken from
+   an earlier run's cache on this host (each screening's drift canary still checks it);
 2. `before`: `--before` evaluations of distinct knob configurations the old way (both
    baselines compiled and timed with every candidate, a fixed 0.5 s of timing per shape);
 3. `after`: `--throughput` screening evaluations of distinct configurations (cached baselines,
@@ -209,12 +210,20 @@ def main() -> int:
     ap.add_argument("--tune-minutes", type=float, default=5.0)
     ap.add_argument("--budget", type=float, default=0.5)
     ap.add_argument(
+        "--reuse-baselines",
+        action="store_true",
+        help="take the baselines from an earlier run's cache on this host when it holds them "
+        "(same GPU, problem, shapes and versions) instead of measuring them first",
+    )
+    ap.add_argument(
         "--device",
         default="cuda",
         choices=["cuda", "interpret"],
         help="interpret: a smoke run of this script on the CPU (smoke shapes, nothing timed)",
     )
     args = ap.parse_args()
+    if not (args.linger == 0 or args.linger > 0):
+        ap.error("--linger is a number of seconds above 0, or 0 to turn it off")
     gpu = args.device == "cuda"
     if args.problems_dir:
         os.environ["AUTOWEB_PROBLEM_DIRS"] = os.pathsep.join(
@@ -231,8 +240,6 @@ def main() -> int:
     # More warm sandboxes than evaluations in flight: a finished one is replaced in the
     # background, and the next evaluation should not wait for Python, torch and CUDA to start.
     pool = Pool(args.device, size=args.jobs + args.ahead + 4)
-    if not (args.linger == 0 or args.linger > 0):
-        ap.error("--linger is a number of seconds above 0, or 0 to turn it off")
     spare = max(1, args.ahead) if args.linger else 0
     cache = (
         BaselineCache(Path(os.environ.get("TMPDIR", "/tmp")) / "autoweb-search-proof")
@@ -246,12 +253,16 @@ def main() -> int:
 
     try:
         # 1. the baselines, measured once (a clean sandbox, no candidate)
-        if gpu:
+        dtype = str(problem.dtype(args.device)).replace("torch.", "")
+        fields = bl.key_fields(problem, devmod.info(args.device), dtype)
+        labels = [problems.shape_label(s) for s in shapes]
+        if gpu and args.reuse_baselines and cache.get(fields, labels) is not None:
+            out["cold"] = {"reused": True, "entries": cache.get(fields, labels)}
+            log("baselines reused from the cache of an earlier run on this host")
+        elif gpu:
             t0 = time.perf_counter()
             entries = measure_baselines(problem, shapes, device="cuda", pool=pool)
-            dtype = str(problem.dtype("cuda")).replace("torch.", "")
-            fields = bl.key_fields(problem, devmod.info("cuda"), dtype)
-            cache.put(fields, [problems.shape_label(s) for s in shapes], entries)
+            cache.put(fields, labels, entries)
             out["cold"] = {"seconds": round(time.perf_counter() - t0, 1), "entries": entries}
             log(f"baselines measured in {out['cold']['seconds']} s")
             save()

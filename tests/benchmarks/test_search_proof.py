@@ -1,0 +1,48 @@
+"""benchmarks/search_proof.py on the CPU interpreter: every phase runs end to end on the user's
+problem (smoke shapes, nothing timed), and the JSON it writes holds what
+docs/benchmarks/search.md reads from it. The figures themselves come from a GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.benchmarks import run_script
+
+
+def test_every_phase_runs_and_the_json_says_how_the_screening_was_scheduled(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "search.json"
+
+    res = run_script(
+        "search_proof.py",
+        *("--out", str(out), "--device", "interpret"),
+        *("--problems-dir", "benchmarks/user_problems", "--problem", "token_logprobs"),
+        *("--before", "1", "--throughput", "2", "--jobs", "1", "--ahead", "1"),
+        *("--linger", "20", "--trials", "2", "--tune-minutes", "1", "--reuse-baselines"),
+        timeout=600,
+    )
+
+    assert res.returncode == 0, res.stdout + res.stderr
+    data = json.loads(out.read_text())
+    assert data["before"]["evaluations"] == 1
+    after = data["after"]
+    assert after["evaluations"] == after["accepted"] == 2
+    assert (after["jobs"], after["ahead"], after["linger_s"], after["lingered"]) == (1, 1, 20, 0)
+    assert len(after["timelines"]) == len(after["gpu_wait"]) == 2
+    assert "caller_median_percent_of_a_core" in after["host_cpu"]
+    assert data["tune"]["evaluations"] == 2 and data["tune"]["lingered"] == 0
+    assert "after:" in res.stdout
+
+
+def test_a_bad_linger_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    res = run_script(
+        "search_proof.py",
+        *("--out", str(tmp_path / "x.json"), "--device", "interpret", "--linger", "-1"),
+        timeout=300,
+    )
+
+    assert res.returncode == 2
+    assert "--linger is a number of seconds above 0, or 0 to turn it off" in res.stderr
+    assert not (tmp_path / "x.json").exists()
