@@ -222,7 +222,7 @@ def main() -> int:
         help="interpret: a smoke run of this script on the CPU (smoke shapes, nothing timed)",
     )
     args = ap.parse_args()
-    if not (args.linger == 0 or args.linger > 0):
+    if not (args.linger == 0 or 0 < args.linger < float("inf")):
         ap.error("--linger is a number of seconds above 0, or 0 to turn it off")
     gpu = args.device == "cuda"
     if args.problems_dir:
@@ -239,8 +239,8 @@ def main() -> int:
     shapes = problem.shapes(tier)
     # More warm sandboxes than evaluations in flight: a finished one is replaced in the
     # background, and the next evaluation should not wait for Python, torch and CUDA to start.
-    pool = Pool(args.device, size=args.jobs + args.ahead + 4)
     spare = max(1, args.ahead) if args.linger else 0
+    pool = Pool(args.device, size=args.jobs + args.ahead + spare + 4)
     cache = (
         BaselineCache(Path(os.environ.get("TMPDIR", "/tmp")) / "autoweb-search-proof")
         if gpu

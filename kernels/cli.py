@@ -198,7 +198,7 @@ def cmd_tune(args) -> int:
         raise UsageError(f"--ahead must be from 0 to {MAX_JOBS - args.jobs} (--jobs + --ahead)")
     if dev != "cuda":
         ahead = 0  # the interpreter has no GPU stage to wait for: --jobs run end to end
-    if not (args.linger is None or args.linger == 0 or args.linger > 0):
+    if not (args.linger is None or args.linger == 0 or 0 < args.linger < math.inf):
         raise UsageError("--linger is a number of seconds above 0, or 0 to turn it off")
     # A compile past --linger seconds gives its place in flight to the next, at most
     # max(1, --ahead) of them at a time (each costs a core): on a GPU only, where the slots

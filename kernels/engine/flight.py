@@ -1,21 +1,29 @@
 """Evaluations in flight: how many a search keeps going, and which of them hold a place.
 
 A search keeps `places` evaluations in flight (`--jobs` + `--ahead` in `kernels tune`): as one
-ends, the next starts. An evaluation that is still compiling `linger_s` after it started gives
-its place to the next one and runs out its compile budget beside the others, at most `spare`
-of them at a time. A configuration whose compile takes a minute (in a screening run, one that
-the compile budget will most likely stop) then holds up no other; it costs a core meanwhile,
-which is what `spare` bounds. Once it has compiled it goes on like any other evaluation, so the
-caller must bound the evaluations on the GPU by other means (GPU slots,
+ends, the next starts. An evaluation that is still compiling `linger_s` after it began to
+compile gives its place to the next one and runs out its compile budget beside the others, at
+most `spare` of them at a time. A configuration whose compile takes a minute (in a screening
+run, one that the compile budget will most likely stop) then holds up no other; it costs a
+core meanwhile, which is what `spare` bounds. Once it has compiled it goes on like any other
+evaluation, so the caller must bound the evaluations on the GPU by other means (GPU slots,
 `evaluate(..., gpu_slots=...)`): `places` bounds only those that still hold their place.
 
-An evaluation says it has compiled by an event `{"phase": "compiled"}` to its ticket's
-`on_event` (the harness sends it when the sandboxed child first asks for the GPU, or starts
-verifying on the CPU). A ticket that gave its place up never takes it back.
+An evaluation tells its ticket's `on_event` when it begins to compile (`{"phase":
+"compiling"}`: the sandboxed child has the candidate) and when it has compiled (`{"phase":
+"compiled"}`: the child first asks for the GPU, or starts verifying on the CPU), as the harness
+does. Time before it begins to compile (waiting for a sandbox, or for the baselines of a cold
+cache to be measured) never counts. A ticket that gave its place up never takes it back.
+
+`version` changes with every event that frees a place or starts the clock on one (an
+evaluation ending, giving its place up, beginning to compile): a caller that checked the places
+at one version waits for the next with `wait_change`, so no change between its check and its
+wait is missed.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -29,15 +37,22 @@ class Ticket:
     def __init__(self, flight: Flight, started: float) -> None:
         self._flight = flight
         self.started = started
+        self.compiling_since: float | None = None  # when it began to compile
         self.compiled = False
         self.lingering = False  # it gave its place up while still compiling
         self.ended = False
 
     def on_event(self, event: dict) -> None:
-        """The evaluation's progress events; `{"phase": "compiled"}` is the one that counts."""
-        if isinstance(event, dict) and event.get("phase") == "compiled":
-            with self._flight._cond:
+        """The evaluation's progress events: `compiling` (the first) and `compiled` count."""
+        phase = event.get("phase") if isinstance(event, dict) else None
+        if phase not in ("compiling", "compiled"):
+            return
+        with self._flight._cond:
+            if phase == "compiled":
                 self.compiled = True
+            elif self.compiling_since is None:
+                self.compiling_since = self._flight._clock()
+                self._flight._changed()  # a wait for its linger starts now
 
     def end(self) -> None:
         self._flight._end(self)
@@ -54,8 +69,8 @@ class Flight:
     ) -> None:
         if places < 1:
             raise ValueError(f"places must be at least 1, got {places}")
-        if linger_s is not None and not linger_s > 0:
-            raise ValueError(f"linger_s must be above 0 or None, got {linger_s}")
+        if linger_s is not None and not (linger_s > 0 and math.isfinite(linger_s)):
+            raise ValueError(f"linger_s must be a finite number above 0 or None, got {linger_s}")
         if spare < 0:
             raise ValueError(f"spare must be 0 or more, got {spare}")
         self.places = places
@@ -65,6 +80,7 @@ class Flight:
         self._cond = threading.Condition()
         self._tickets: list[Ticket] = []  # in flight, oldest first
         self.gave_up = 0  # places given up over the flight's life
+        self.version = 0
 
     # -- the caller's side --------------------------------------------------------------------
 
@@ -105,6 +121,11 @@ class Flight:
                     return
                 self._cond.wait(self._wake_in())
 
+    def wait_change(self, since: int, timeout: float | None) -> None:
+        """Block until `version` is past `since`, or `timeout` seconds."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.version != since, timeout)
+
     # -- internals ----------------------------------------------------------------------------
 
     def _wake_in(self) -> float | None:
@@ -112,9 +133,9 @@ class Flight:
             return None
         now = self._clock()
         due = [
-            t.started + self.linger_s - now
+            t.compiling_since + self.linger_s - now
             for t in self._tickets
-            if not t.lingering and not t.compiled
+            if t.compiling_since is not None and not t.lingering and not t.compiled
         ]
         return max(0.0, min(due)) if due else None
 
@@ -128,15 +149,26 @@ class Flight:
         for t in self._tickets:
             if room <= 0:
                 return
-            if not t.lingering and not t.compiled and now - t.started >= self.linger_s:
+            since = t.compiling_since
+            if (
+                not t.lingering
+                and not t.compiled
+                and since is not None
+                and now - since >= self.linger_s
+            ):
                 t.lingering = True
                 self.gave_up += 1
                 room -= 1
+                self._changed()
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._cond.notify_all()
 
     def _end(self, ticket: Ticket) -> None:
         with self._cond:
             if not ticket.ended:
                 ticket.ended = True
                 self._tickets.remove(ticket)
+                self._changed()
                 self._linger()  # a spare may have come back
-                self._cond.notify_all()

@@ -18,7 +18,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -141,46 +141,42 @@ class Tuner:
         # evaluation at the head does not stop the next ones from starting. Whatever has finished
         # at the head is judged before the next proposal, so with one job every proposal sees
         # every earlier result, however fast the evaluation returns (the sequence for a seed is
-        # then the same from run to run).
-        order: deque[tuple[Proposal, int, Future]] = deque()
+        # then the same from run to run, unless a compile past `linger_s` gives its place up).
+        # An evaluation's ticket ends just before its future is done: an ended one is waited
+        # for (microseconds) rather than taken as still running.
+        order: deque[tuple[Proposal, int, Future, Ticket]] = deque()
         flight = Flight(self.jobs, linger_s=self.linger_s, spare=self.spare)
         with ThreadPoolExecutor(self.jobs + self.spare) as pool:
             while True:
+                seen = flight.version  # anything that frees a place from here on wakes the wait
                 # The one error an evaluation raises (ProblemError: the problem fails on its
                 # own, so no config can be judged) ends the search as soon as it is seen.
-                broken = next((f for _, _, f in order if f.done() and f.exception()), None)
+                broken = next((f for _, _, f, t in order if t.ended and f.exception()), None)
                 if broken is not None:
-                    for _, _, f in order:
+                    for _, _, f, _ in order:
                         f.cancel()
                     raise broken.exception()
-                while order and order[0][2].done():
-                    proposal, at, future = order.popleft()
+                while order and order[0][3].ended:
+                    proposal, at, future, _ = order.popleft()
                     record = self._trial(proposal, future.result())
                     tried[at] = Tried(
                         proposal.knob_values, record["geomean_ms"], record["status"] == FAILED
                     )
-                if (
-                    flight.has_place()
-                    and len(tried) < self.trials
-                    and not self._out_of_time(started)
-                ):
+                more = len(tried) < self.trials and not self._out_of_time(started)
+                if more and flight.has_place():
                     proposal = self.proposer.next(tried)
                     if proposal is not None:
                         tried.append(Tried(proposal.knob_values, None, False, pending=True))
                         at = len(tried) - 1
                         ticket = flight.begin()
                         future = pool.submit(self._timed_evaluate, proposal, ticket)
-                        order.append((proposal, at, future))
+                        order.append((proposal, at, future, ticket))
                         continue
                 if not order:
                     break
-                # Woken by an evaluation ending, or when one still compiling could give its
-                # place up.
-                wait(
-                    [f for _, _, f in order if not f.done()],
-                    timeout=flight.wake_in(),
-                    return_when=FIRST_COMPLETED,
-                )
+                # Until an evaluation ends, or one still compiling could give its place up
+                # (only while there is a next one to take it).
+                flight.wait_change(seen, flight.wake_in() if more else None)
         screening_minutes = (time.perf_counter() - started) / 60
         table, table_sources = self._table()
         result = self._result(screening_minutes, (time.perf_counter() - started) / 60, table,

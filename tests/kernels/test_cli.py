@@ -164,6 +164,7 @@ def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
         (["--jobs", "250", "--minutes", "0"], "--minutes must be above 0"),
         (["--linger", "-5"], "--linger is a number of seconds above 0, or 0 to turn it off"),
         (["--linger", "nan"], "--linger is a number of seconds above 0, or 0 to turn it off"),
+        (["--linger", "inf"], "--linger is a number of seconds above 0, or 0 to turn it off"),
     ],
     ids=[
         "zero_trials",
@@ -175,6 +176,7 @@ def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
         "default_ahead_within_the_cap",
         "negative_linger",
         "nan_linger",
+        "infinite_linger",
     ],
 )
 def test_tune_exits_2_on_a_budget_that_allows_nothing(args: list, message: str) -> None:

@@ -11,6 +11,9 @@ import pytest
 
 from kernels.engine.flight import Flight
 
+COMPILING = {"phase": "compiling"}
+COMPILED = {"phase": "compiled"}
+
 
 class Clock:
     def __init__(self) -> None:
@@ -39,8 +42,9 @@ def test_a_compile_past_linger_gives_its_place_up_and_never_takes_it_back() -> N
     clock = Clock()
     flight = Flight(2, linger_s=20.0, spare=1, clock=clock)
     slow, quick = flight.begin(), flight.begin()
-    quick.on_event({"phase": "compiling"})
-    quick.on_event({"phase": "compiled"})
+    slow.on_event(COMPILING)
+    quick.on_event(COMPILING)
+    quick.on_event(COMPILED)
     assert not flight.has_place()
     assert flight.wake_in() == 20.0  # the slow one could give its place up then
     clock.now = 19.9
@@ -48,7 +52,7 @@ def test_a_compile_past_linger_gives_its_place_up_and_never_takes_it_back() -> N
     clock.now = 20.0
     assert flight.has_place() and flight.lingering() == 1
     assert flight.gave_up == 1
-    slow.on_event({"phase": "compiled"})  # it compiled after all: it keeps no place
+    slow.on_event(COMPILED)  # it compiled after all: it keeps no place
     assert flight.holding() == 1 and flight.lingering() == 1
     slow.end()
     assert flight.lingering() == 0 and flight.holding() == 1
@@ -59,7 +63,8 @@ def test_an_evaluation_that_compiled_keeps_its_place_however_long_it_runs() -> N
     clock = Clock()
     flight = Flight(1, linger_s=20.0, spare=4, clock=clock)
     t = flight.begin()
-    t.on_event({"phase": "compiled"})
+    t.on_event(COMPILING)
+    t.on_event(COMPILED)
     clock.now = 500.0
     assert not flight.has_place() and flight.wake_in() is None
     t.end()
@@ -70,16 +75,20 @@ def test_at_most_spare_give_their_places_up_the_oldest_first() -> None:
     clock = Clock()
     flight = Flight(3, linger_s=10.0, spare=2, clock=clock)
     first = flight.begin()
+    first.on_event(COMPILING)
     clock.now = 1.0
     second = flight.begin()
+    second.on_event(COMPILING)
     clock.now = 2.0
     third = flight.begin()
+    third.on_event(COMPILING)
     clock.now = 30.0
     assert flight.lingering() == 2 and flight.holding() == 1
     assert first.lingering and second.lingering and not third.lingering
     assert flight.wake_in() is None  # no spare left: nothing more can change by time alone
     clock.now = 31.0
     late = flight.begin()
+    late.on_event(COMPILING)
     assert flight.holding() == 2 and flight.has_place()
     first.end()  # a spare comes back: the oldest still compiling past 10 s takes it
     assert third.lingering and not late.lingering
@@ -94,7 +103,7 @@ def test_at_most_spare_give_their_places_up_the_oldest_first() -> None:
 def test_linger_needs_both_a_time_and_a_spare(linger_s, spare) -> None:
     clock = Clock()
     flight = Flight(1, linger_s=linger_s, spare=spare, clock=clock)
-    flight.begin()
+    flight.begin().on_event(COMPILING)
     clock.now = 1e6
     assert flight.holding() == 1 and flight.lingering() == 0 and flight.wake_in() is None
 
@@ -103,8 +112,9 @@ def test_linger_needs_both_a_time_and_a_spare(linger_s, spare) -> None:
     ("kw", "message"),
     [
         ({"places": 0}, "places must be at least 1"),
-        ({"places": 2, "linger_s": 0.0, "spare": 1}, "linger_s must be above 0"),
-        ({"places": 2, "linger_s": float("nan"), "spare": 1}, "linger_s must be above 0"),
+        ({"places": 2, "linger_s": 0.0, "spare": 1}, "linger_s must be a finite"),
+        ({"places": 2, "linger_s": float("nan"), "spare": 1}, "linger_s must be a finite"),
+        ({"places": 2, "linger_s": float("inf"), "spare": 1}, "linger_s must be a finite"),
         ({"places": 2, "spare": -1}, "spare must be 0 or more"),
     ],
 )
@@ -116,14 +126,56 @@ def test_bad_settings_are_refused(kw, message) -> None:
 def test_wait_for_place_returns_when_one_ends_or_one_gives_its_place_up() -> None:
     flight = Flight(1, linger_s=0.3, spare=1)
     held = flight.begin()
+    held.on_event(COMPILING)
     started = time.monotonic()
     flight.wait_for_place()  # `held` never says it compiled: it gives its place up at 0.3 s
     assert 0.25 <= time.monotonic() - started < 5
     assert held.lingering
 
     compiled = flight.begin()
-    compiled.on_event({"phase": "compiled"})
+    compiled.on_event(COMPILING)
+    compiled.on_event(COMPILED)
     threading.Timer(0.2, compiled.end).start()
     started = time.monotonic()
     flight.wait_for_place()
     assert 0.15 <= time.monotonic() - started < 5
+
+
+def test_only_time_spent_compiling_counts() -> None:
+    # Waiting for a sandbox, or for a cold cache's baselines to be measured, is not a slow
+    # compile: the clock starts at the first "compiling".
+    clock = Clock()
+    flight = Flight(1, linger_s=20.0, spare=1, clock=clock)
+    t = flight.begin()
+    clock.now = 100.0
+    assert flight.wake_in() is None and not flight.has_place()
+    t.on_event(COMPILING)
+    t.on_event({"phase": "verifying", "shape": 0, "of": 3})  # other phases change nothing
+    clock.now = 119.0
+    assert flight.wake_in() == 1.0 and not flight.has_place()
+    t.on_event(COMPILING)  # the harness says it twice: the first one counts
+    clock.now = 120.0
+    assert flight.has_place() and t.lingering
+
+
+def test_every_change_that_can_free_a_place_moves_the_version_and_wakes_a_waiter() -> None:
+    clock = Clock()
+    flight = Flight(1, linger_s=20.0, spare=1, clock=clock)
+    t = flight.begin()
+    seen = flight.version
+    started = time.monotonic()
+    flight.wait_change(seen, 0.2)  # nothing changed: the timeout
+    assert time.monotonic() - started >= 0.15
+
+    t.on_event(COMPILING)  # the linger clock starts: a waiter must look at its timeout again
+    assert flight.version != seen
+    flight.wait_change(seen, 30.0)  # returns at once
+    seen = flight.version
+    clock.now = 20.0
+    assert flight.has_place()  # it gave its place up, here, between a check and a wait
+    assert flight.version != seen
+    seen = flight.version
+    threading.Timer(0.1, t.end).start()
+    started = time.monotonic()
+    flight.wait_change(seen, 30.0)
+    assert time.monotonic() - started < 10 and flight.version != seen

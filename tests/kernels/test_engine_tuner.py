@@ -687,6 +687,8 @@ class Compiles:
         values = {k.name: k.value for k in parse_knobs(source)}
         a = values["A"]
         began = time.monotonic() - self.t0
+        if on_event is not None:
+            on_event({"phase": "compiling"})
         if a in self.slow:
             time.sleep(self.slow_s)
             out = {"verdict": "rejected", "failure": "timeout", "reasons": ["compile budget"],
@@ -747,3 +749,20 @@ def test_no_more_than_spare_long_compiles_run_beside_the_places() -> None:
     third = ev.spans[order[2]]
     assert third[0] >= first[1] - 0.01
     assert result.lingered == 2  # the second gave its place up once the first ended
+
+
+def test_waiting_before_the_compile_begins_never_gives_a_place_up() -> None:
+    # The first evaluation waits 1 s (a cold cache's baselines being measured) before its
+    # compile begins, then compiles at once: it keeps its place throughout.
+    def evaluate(source: str, on_event=None) -> dict:
+        a = {k.name: k.value for k in parse_knobs(source)}["A"]
+        if a == 0:
+            time.sleep(1.0)
+        on_event({"phase": "compiling"})
+        on_event({"phase": "compiled"})
+        return {"verdict": "accepted", "failure": None, "reasons": [],
+                "summary": {"geomean_ms": 1.0 + a / 100, "noise": 0.001}}  # fmt: skip
+
+    result, order = _tune_line(evaluate, jobs=1, linger_s=0.2, spare=1)
+
+    assert result.lingered == 0 and result.evaluations == 8
