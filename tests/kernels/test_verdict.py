@@ -162,3 +162,40 @@ def test_the_wait_for_a_reference_slot_is_counted():
 
     assert run.reference_wait >= 0.25
     assert run.reference_wait <= time.monotonic() - started
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [(None, 4), ("", 4), (" ", 4), ("1", 1), ("8", 8), (" 6 ", 6)]
+)
+def test_the_reference_slots_setting_reads_a_whole_number(raw, expected) -> None:
+    assert verdict.reference_slots_setting(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("0", "AUTOWEB_REFERENCE_SLOTS must be at least 1, got 0"),
+        ("-2", "AUTOWEB_REFERENCE_SLOTS must be at least 1, got -2"),
+        ("four", "AUTOWEB_REFERENCE_SLOTS must be a whole number, got 'four'"),
+        ("2.5", "AUTOWEB_REFERENCE_SLOTS must be a whole number, got '2.5'"),
+    ],
+)
+def test_a_bad_reference_slots_setting_stops_the_process_at_start(raw, message) -> None:
+    # 0 used to make a semaphore no reference could ever take: every evaluation then waited
+    # for ever. Now loading the verdict rules (a worker does at start) fails, saying why.
+    import os
+    import subprocess
+    import sys
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        verdict.reference_slots_setting(raw)
+    res = subprocess.run(
+        [sys.executable, "-c", "import kernels.harness.verdict"],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "AUTOWEB_REFERENCE_SLOTS": raw},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode != 0
+    assert message in res.stderr
