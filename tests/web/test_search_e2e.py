@@ -66,9 +66,16 @@ def test_killing_the_orchestrator_and_a_worker_loses_and_repeats_nothing(env, se
     search = _search(settings, env["url"], max_trials=4)
     worker = env["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "e2e:a")
     orch = env["start"]("manage.py", "orchestrator")
-    # Kill the orchestrator as soon as a trial is in flight, and the worker while it evaluates
-    # (its first progress event is in the stream).
-    _wait(search, lambda s: s.trials.exclude(job_id=None).exists(), timeout=120)
+
+    # Kill the orchestrator as soon as a trial's job is in the queue, and the worker while it
+    # evaluates (its first progress event is in the stream). The job id is committed before the
+    # job is enqueued: a kill between the two leaves the job for the next orchestrator's
+    # recovery, and this test's worker would wait for it in vain.
+    def enqueued(s: Search) -> bool:
+        ids = s.trials.exclude(job_id=None).values_list("job_id", flat=True)
+        return any(env["redis"].exists(f"rq:job:{job_id}") for job_id in ids)
+
+    _wait(search, enqueued, timeout=120)
     os.killpg(orch.pid, signal.SIGKILL)
     deadline = time.monotonic() + 120
     while not env["redis"].xlen(events_key(search.pk)):
