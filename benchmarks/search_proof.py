@@ -28,14 +28,14 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels import problems  # noqa: E402
-from kernels.engine.flight import Flight  # noqa: E402
+from kernels.engine.flight import Flight, spare_for  # noqa: E402
 from kernels.engine.proposers import KnobProposer, Tried  # noqa: E402
 from kernels.engine.tuner import Tuner  # noqa: E402
 from kernels.harness import (  # noqa: E402
@@ -128,7 +128,7 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
     the last `jobs` finishing, where the pipeline is full)."""
     done_at: list[float] = []
     t0 = time.perf_counter()
-    spare = max(1, ahead) if linger else 0
+    spare = spare_for(ahead, linger)
     flight = Flight(jobs + ahead, linger_s=linger or None, spare=spare)
 
     def one(src: str, ticket) -> dict:
@@ -145,7 +145,6 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
         for src in sources:
             flight.wait_for_place()
             futures.append(pool.submit(one, src, flight.begin()))
-        wait(futures)
         reports = [f.result() for f in futures]
     minutes = (time.perf_counter() - t0) / 60
     done_at.sort()
@@ -239,7 +238,7 @@ def main() -> int:
     shapes = problem.shapes(tier)
     # More warm sandboxes than evaluations in flight: a finished one is replaced in the
     # background, and the next evaluation should not wait for Python, torch and CUDA to start.
-    spare = max(1, args.ahead) if args.linger else 0
+    spare = spare_for(args.ahead, args.linger)
     pool = Pool(args.device, size=args.jobs + args.ahead + spare + 4)
     cache = (
         BaselineCache(Path(os.environ.get("TMPDIR", "/tmp")) / "autoweb-search-proof")

@@ -24,6 +24,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels.engine.flight import spare_for  # noqa: E402
+
 
 def stages(run: dict) -> list[tuple[float, float | None]]:
     """(seconds before the first ask for the GPU, seconds on the GPU or None) per evaluation.
@@ -142,7 +146,7 @@ def main() -> int:
     evals = [(c, None if g is None else max(0.0, g - args.shorten)) for c, g in stages(run)]
     print(f"measured: {run['per_minute']} evaluations per minute, {run['jobs']} in flight")
     for ahead in args.ahead:
-        spare = max(1, ahead) if args.linger else 0
+        spare = spare_for(ahead, args.linger)
         rate = replay(evals, args.jobs, ahead, linger=args.linger, spare=spare)
         with_linger = f" --linger {args.linger:g}" if args.linger else ""
         print(f"replayed: --jobs {args.jobs} --ahead {ahead}{with_linger}: {rate:.1f} per minute")

@@ -181,6 +181,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_tune(args) -> int:
     from kernels import knobs
+    from kernels.engine.flight import spare_for
     from kernels.engine.tuner import Tuner
     from kernels.harness import BaselineCache, evaluate, retime, time_together
     from kernels.harness.sandbox import Pool
@@ -204,7 +205,7 @@ def cmd_tune(args) -> int:
     # max(1, --ahead) of them at a time (each costs a core): on a GPU only, where the slots
     # still bound what runs on the GPU once it has compiled.
     linger = (DEFAULT_LINGER_S if args.linger is None else args.linger) if dev == "cuda" else 0
-    spare = max(1, ahead) if linger else 0
+    spare = spare_for(ahead, linger)
     if args.minutes is not None and not args.minutes > 0:
         raise UsageError("--minutes must be above 0")
     if not 0 < args.rel_ci < 1:

@@ -31,7 +31,13 @@ from rq import SimpleWorker
 from kernels import problems
 from kernels.harness import BaselineCache, evaluate, retime, time_together
 from kernels.harness import device as devmod
-from kernels.harness.sandbox import GpuSlots, Pool, adopt_escaped_processes, gpu_key
+from kernels.harness.sandbox import (
+    GpuSlots,
+    Pool,
+    adopt_escaped_processes,
+    gpu_key,
+    slots_setting,
+)
 from kernels.protocol import HEARTBEAT_S, WORKERS_KEY, queue_name, rejected_report, worker_key
 from kernels.queues import (
     SERIALIZER,
@@ -259,20 +265,6 @@ def _heartbeat_loop(url: str, name: str, info: dict, stop: threading.Event) -> N
             register(conn, name, info)
 
 
-def gpu_slots_setting(raw: str | None) -> int | None:
-    """AUTOWEB_GPU_SLOTS: a whole number of at least 1, or unset (every worker may be on the
-    GPU at once). Raises ValueError with what is wrong."""
-    if raw is None or not raw.strip():
-        return None
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"AUTOWEB_GPU_SLOTS must be a whole number, got {raw!r}") from None
-    if n < 1:
-        raise ValueError(f"AUTOWEB_GPU_SLOTS must be at least 1, got {n}")
-    return n
-
-
 def main(argv: list[str] | None = None) -> int:
     global _pool, _device, _name, _slots
     ap = argparse.ArgumentParser(prog="python -m kernels.worker", description=__doc__)
@@ -284,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         _device = devmod.resolve(args.device)
-        slots = gpu_slots_setting(os.environ.get("AUTOWEB_GPU_SLOTS"))
+        # Unset: every worker of the GPU may be on it at once.
+        slots = slots_setting("AUTOWEB_GPU_SLOTS", os.environ.get("AUTOWEB_GPU_SLOTS"), None)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

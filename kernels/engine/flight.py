@@ -28,7 +28,23 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["Flight", "Ticket"]
+__all__ = ["Flight", "Ticket", "linger_setting", "spare_for"]
+
+
+def linger_setting(linger_s: float | None, spare: int) -> tuple[float | None, int]:
+    """(linger_s, spare) as a flight uses them: both or neither. Raises ValueError on a linger
+    time that is not a finite number above 0, or a negative spare."""
+    if linger_s is not None and not (linger_s > 0 and math.isfinite(linger_s)):
+        raise ValueError(f"linger_s must be a finite number above 0 or None, got {linger_s}")
+    if spare < 0:
+        raise ValueError(f"spare must be 0 or more, got {spare}")
+    return (linger_s, spare) if linger_s is not None and spare else (None, 0)
+
+
+def spare_for(ahead: int, linger_s: float | None) -> int:
+    """How many may give their places up at once (`kernels tune --linger`): as many as compile
+    ahead, at least one, since each costs a core; none without a linger time."""
+    return max(1, ahead) if linger_s else 0
 
 
 class Ticket:
@@ -69,13 +85,8 @@ class Flight:
     ) -> None:
         if places < 1:
             raise ValueError(f"places must be at least 1, got {places}")
-        if linger_s is not None and not (linger_s > 0 and math.isfinite(linger_s)):
-            raise ValueError(f"linger_s must be a finite number above 0 or None, got {linger_s}")
-        if spare < 0:
-            raise ValueError(f"spare must be 0 or more, got {spare}")
         self.places = places
-        self.linger_s = linger_s if spare else None
-        self.spare = spare if linger_s is not None else 0
+        self.linger_s, self.spare = linger_setting(linger_s, spare)
         self._clock = clock
         self._cond = threading.Condition()
         self._tickets: list[Ticket] = []  # in flight, oldest first
@@ -94,8 +105,7 @@ class Flight:
     def holding(self) -> int:
         """How many evaluations in flight hold a place."""
         with self._cond:
-            self._linger()
-            return sum(1 for t in self._tickets if not t.lingering)
+            return self._holding()
 
     def has_place(self) -> bool:
         return self.holding() < self.places
@@ -115,10 +125,7 @@ class Flight:
     def wait_for_place(self) -> None:
         """Block until a place is free."""
         with self._cond:
-            while True:
-                self._linger()
-                if sum(1 for t in self._tickets if not t.lingering) < self.places:
-                    return
+            while self._holding() >= self.places:
                 self._cond.wait(self._wake_in())
 
     def wait_change(self, since: int, timeout: float | None) -> None:
@@ -127,6 +134,10 @@ class Flight:
             self._cond.wait_for(lambda: self.version != since, timeout)
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _holding(self) -> int:
+        self._linger()
+        return sum(1 for t in self._tickets if not t.lingering)
 
     def _wake_in(self) -> float | None:
         if self.linger_s is None or sum(t.lingering for t in self._tickets) >= self.spare:

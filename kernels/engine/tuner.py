@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from kernels.engine import compose, judge
-from kernels.engine.flight import Flight, Ticket
+from kernels.engine.flight import Flight, Ticket, linger_setting
 from kernels.engine.judge import CONFIRM, FAILED, KEPT, REVERTED, Numbers
 from kernels.engine.proposers import KnobProposer, Proposal, Tried, describe
 from kernels.knobs import KnobValue
@@ -106,10 +106,6 @@ class Tuner:
             raise ValueError(f"trials must be at least 1, got {trials}")
         if jobs < 1:
             raise ValueError(f"jobs must be at least 1, got {jobs}")
-        if linger_s is not None and not linger_s > 0:
-            raise ValueError(f"linger_s must be above 0 or None, got {linger_s}")
-        if spare < 0:
-            raise ValueError(f"spare must be 0 or more, got {spare}")
         self.source = source
         self.trials = trials
         self.evaluate = evaluate
@@ -118,8 +114,7 @@ class Tuner:
         self.on_trial = on_trial
         self.jobs = jobs
         # Evaluations still compiling after linger_s give their place up, `spare` at most.
-        self.linger_s = linger_s if spare else None
-        self.spare = spare if linger_s is not None else 0
+        self.linger_s, self.spare = linger_setting(linger_s, spare)
         # A time budget: no new proposal once it is spent (those in flight finish).
         self.max_minutes = max_minutes
         # KnobError here, before any evaluation

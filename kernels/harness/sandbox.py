@@ -538,6 +538,21 @@ class GpuLock:
         self.release()
 
 
+def slots_setting(name: str, raw: str | None, default: int | None) -> int | None:
+    """A number of slots from the environment variable `name` (its value `raw`): a whole number
+    of at least 1, `default` when unset. Raises ValueError with what is wrong (0 slots would
+    leave every taker waiting for ever)."""
+    if raw is None or not raw.strip():
+        return default
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+    if n < 1:
+        raise ValueError(f"{name} must be at least 1, got {n}")
+    return n
+
+
 class GpuSlots:
     """At most `n` evaluations past compiling on one GPU at once, across the processes of a
     host (the GPU workers of `manage.py up`): a counting semaphore of `n` slot files, each held

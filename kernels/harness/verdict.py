@@ -41,24 +41,11 @@ PRIORITY = (
 Event = Callable[[dict], None]
 
 
-def reference_slots_setting(raw: str | None) -> int:
-    """AUTOWEB_REFERENCE_SLOTS: a whole number of at least 1, 4 when unset. Raises ValueError
-    with what is wrong (0 would leave every reference waiting for ever)."""
-    if raw is None or not raw.strip():
-        return 4
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"AUTOWEB_REFERENCE_SLOTS must be a whole number, got {raw!r}") from None
-    if n < 1:
-        raise ValueError(f"AUTOWEB_REFERENCE_SLOTS must be at least 1, got {n}")
-    return n
-
-
 # References computed at once in this process (each evaluation in flight is a thread): a
-# float64 reference of a large shape takes several GB of GPU memory while it is computed.
+# float64 reference of a large shape takes several GB of GPU memory while it is computed. A bad
+# setting stops the process here, when it loads the harness.
 _REFERENCE_SLOTS = threading.BoundedSemaphore(
-    reference_slots_setting(os.environ.get("AUTOWEB_REFERENCE_SLOTS"))
+    sandbox.slots_setting("AUTOWEB_REFERENCE_SLOTS", os.environ.get("AUTOWEB_REFERENCE_SLOTS"), 4)
 )
 
 
