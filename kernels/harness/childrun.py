@@ -873,6 +873,12 @@ def run(spec: dict, send, recv) -> None:
                     time_shape(i, shape, spec, problem, cands, send, cache)
             if spec.get("e2e") and verified:
                 end_to_end(spec, problem, cands[0], send)
+            # The caller gives this evaluation's GPU slot to the next on `gpu_done`: the inputs,
+            # graphs and compiled baselines kept for timing are freed first.
+            prepared.clear()
+            cache.clear()
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
             send(t="gpu_done")
     ops: dict[str, int] = {}
     for c in cands:

@@ -366,11 +366,12 @@ def run(
 
     `gpu_slots` (a semaphore the caller shares between the evaluations it keeps in flight, or
     `sandbox.GpuSlots` shared by the worker processes of one GPU) is taken when the child first
-    asks for the GPU, once the candidate has loaded and compiled, and given back when the run
-    ends. A caller keeps more evaluations in flight than slots, so the next candidates compile
-    while others verify and time, and a configuration that compiles for its whole budget holds
-    no GPU slot. The wait for a slot does not count against the child's timeout (it has a bound
-    of its own); the report's `gpu_wait` says how long it was (`slot_s`).
+    asks for the GPU, once the candidate has loaded and compiled, and given back when the child
+    says its GPU work is done (`gpu_done`) or the run ends. A caller keeps more evaluations in
+    flight than slots, so the next candidates compile while others verify and time, and a
+    configuration that compiles for its whole budget holds no GPU slot. The wait for a slot does
+    not count against the child's timeout (it has a bound of its own); the report's `gpu_wait`
+    says how long it was (`slot_s`).
     """
     started = time.monotonic()
     problem = problems.load(request.problem, list(request.problem_dirs) or None)
@@ -710,6 +711,10 @@ class _Pump:
         return True
 
     def gpu_done(self, msg: dict) -> bool:
+        # The child's GPU work is over (it freed its buffers before saying so): the next
+        # evaluation may start on the GPU while this one's timed outputs are checked, which
+        # takes the caller's reference slots, not the child's.
+        self.release_slot()
         self.share_gpu_and_verify_timed()
         return False
 

@@ -154,6 +154,26 @@ def test_a_gpu_slot_is_held_once_per_run_and_its_wait_is_reported() -> None:
     child.kill()
 
 
+def test_the_gpu_slot_goes_to_the_next_evaluation_once_the_child_is_done_with_the_gpu() -> None:
+    # After `gpu_done` the child runs nothing more on the GPU; what is left of the run is the
+    # caller's check of the timed outputs. The slot is free for the next evaluation by then.
+    slots = threading.Semaphore(1)
+    child = _ProcessChild("import time; time.sleep(60)")
+    request = EvaluationRequest(problem="softmax", sources=())
+    pump = _Pump(_softmax_run(), child, request, {}, 1, slots=slots)
+    pump.deadline = time.monotonic() + 100.0
+    pump.take_slot()
+    assert not slots.acquire(blocking=False)
+
+    ended = pump.gpu_done({"t": "gpu_done"})
+
+    assert not ended and not pump.slotted
+    assert slots.acquire(blocking=False)  # the next evaluation's
+    pump.release_slot()  # the run's end gives nothing back twice
+    assert not slots.acquire(blocking=False)
+    child.kill()
+
+
 def test_a_child_holding_the_gpu_slots_itself_is_killed_and_the_wait_ends(tmp_path: Path) -> None:
     # The slots are files any process can flock, a child that got full Python too. Its own
     # evaluation would wait for a slot for ever: past the bound the child is killed, the
