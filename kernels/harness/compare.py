@@ -8,11 +8,15 @@ CHUNK = 1 << 25  # elements per pass: bounds the comparison's temporary memory (
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict:
-    """Elementwise |out-ref| <= atol*rms(ref) + rtol*|ref|, rel-L2 <= l2, non-finite must match.
+    """Elementwise |out-ref| <= atol*scale + rtol*|ref|, ||out-ref|| <= l2*max(||ref||,
+    scale*sqrt(n)), non-finite must match; scale = max(rms(ref), tol["rms_floor"] or 0).
 
     atol is scaled by the reference's RMS so one tolerance works for outputs of any magnitude;
     the elementwise bound catches skipped rows or tails, the L2 bound a systematic precision
-    downgrade. Works in chunks so a 65536 x 4096 output does not need gigabytes of temporaries.
+    downgrade. A problem may declare `rms_floor`, the magnitude of its outputs: an output of a
+    few elements can have an RMS far below it (one GELU deep in its tail), and the bounds would
+    then be relative to that one value, tighter than the problem's own float32 arithmetic can
+    meet. Works in chunks so a 65536 x 4096 output does not need gigabytes of temporaries.
     """
     if tuple(out.shape) != tuple(ref.shape):
         return {
@@ -35,7 +39,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict
         n_fin += fin.sum()
         ref_sq += torch.where(fin, r, torch.zeros_like(r)).square().sum(dtype=torch.float64)
     rms_t = torch.sqrt(ref_sq / n_fin.clamp(min=1))
-    atol_t = tol["atol"] * rms_t
+    floor = float(tol.get("rms_floor") or 0.0)
+    atol_t = tol["atol"] * rms_t.clamp(min=floor)
 
     def bad_of(s: int) -> tuple[torch.Tensor, ...]:
         r = r_flat[s : s + CHUNK]
@@ -62,7 +67,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict
             max_abs_t = torch.maximum(max_abs_t, d.max())
         del bad, nonfinite_bad, d
     totals = [ref_sq, rms_t, n_bad_t.double(), n_nonfinite_t.double(), diff_sq_t, max_abs_t]
-    ref_sq_h, rms, n_bad_h, n_nonfinite_h, diff_sq, max_abs = torch.stack(totals).tolist()
+    totals.append(n_fin.double())
+    ref_sq_h, rms, n_bad_h, n_nonfinite_h, diff_sq, max_abs, n_fin_h = torch.stack(totals).tolist()
     n_bad, n_nonfinite = int(n_bad_h), int(n_nonfinite_h)
     first_bad: int | None = None
     bad_rows: set[int] = set()
@@ -75,7 +81,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict
                 if len(bad_rows) < 1_000_000:
                     bad_rows.update(((idx + s) // row_len).unique().tolist())
 
-    ref_norm = ref_sq_h**0.5
+    ref_norm = max(ref_sq_h**0.5, floor * n_fin_h**0.5)
     rel_l2 = diff_sq**0.5 / ref_norm if ref_norm > 0 else max_abs
     res = {
         "max_abs_err": max_abs,

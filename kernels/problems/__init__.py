@@ -16,7 +16,8 @@ Module contract (see docs/problems.md):
     SHAPES_FULL: list[dict[str, int]]   # GPU sweep
     SHAPES_SMOKE: list[dict[str, int]]  # CPU interpreter sweep
     DTYPES: dict[str, torch.dtype]      # {"cuda": torch.bfloat16, "interpret": torch.float32}
-    TOLERANCE: dict[torch.dtype, dict]  # {"atol", "rtol", "l2"}; atol is relative to rms(ref)
+    TOLERANCE: dict[torch.dtype, dict]  # {"atol", "rtol", "l2"}, optional "rms_floor";
+                                        # atol is relative to max(rms(ref), rms_floor)
     def flops(shape) -> float
     def bytes(shape, dtype) -> float    # minimum DRAM traffic: inputs read once, output written
     def oracle(*inputs_fp64) -> Tensor  # optional; defaults to reference on float64 inputs
@@ -306,7 +307,31 @@ def _check_declarations(name: str, mod: ModuleType) -> None:
     for key in ("DTYPES", "TOLERANCE"):
         if not isinstance(getattr(mod, key), dict):
             raise ProblemError(f"problem {name!r}: {key} must be a dict")
+    _check_tolerance(name, mod.TOLERANCE)
     _check_dims(name, mod, sig)
+
+
+def _check_tolerance(name: str, tolerance: dict) -> None:
+    """Each dtype's bounds: atol, rtol and l2 (numbers, at least 0), and optionally rms_floor
+    (docs/problems.md, "Tolerances and the oracle"). A misspelt key would otherwise be ignored
+    or fail later."""
+    for dtype, tol in tolerance.items():
+        where = f"problem {name!r}: TOLERANCE[{dtype}]"
+        if not isinstance(tol, dict):
+            raise ProblemError(f"{where} must be a dict like {{'atol': 1e-2, 'rtol': 1e-2, ...}}")
+        missing = [k for k in _TOLERANCE_KEYS if k not in tol]
+        unknown = sorted(str(k) for k in tol if k not in (*_TOLERANCE_KEYS, "rms_floor"))
+        if missing or unknown:
+            raise ProblemError(
+                f"{where} needs {', '.join(_TOLERANCE_KEYS)} (and may have rms_floor); "
+                + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}")
+            )
+        for k, v in tol.items():
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
+                raise ProblemError(f"{where}[{k!r}] must be a number of at least 0; got {v!r:.40}")
+
+
+_TOLERANCE_KEYS = ("atol", "rtol", "l2")
 
 
 def _check_dims(name: str, mod: ModuleType, sig: str) -> None:

@@ -46,9 +46,14 @@ DTYPES = {"cuda": torch.bfloat16, "interpret": torch.float32}
 # H200 sweep. The eager reference rounds a @ b and a @ b + bias to bf16 before GELU: 0.49-0.76 of
 # this bound, 0.86-0.94 of an atol of 1e-2, hence 2e-2 (so unfused candidates pass too).
 # fp32: the interpreter's tl.dot is exact fp32 (~1e-7 off); tf32/fp16/bf16 inputs must fail.
+# rms_floor: the outputs' RMS over a large draw is 0.74 (pre-activations of variance 1.25). The
+# 1x1x1 smoke shape's one output has its own value for RMS: below a pre-activation of about
+# -3.5, PyTorch's own fp32 GELU is further off than 1e-5 of it (5e-8 absolute at -3.5, all of
+# it at -5.2), and where the float64 value underflows the bound would be 0. Measured against
+# 0.5, the bounds allow the fp32 error any element of a large output is allowed.
 TOLERANCE = {
-    torch.bfloat16: {"atol": 2e-2, "rtol": 1e-2, "l2": 1e-2},
-    torch.float32: {"atol": 1e-5, "rtol": 1e-5, "l2": 1e-5},
+    torch.bfloat16: {"atol": 2e-2, "rtol": 1e-2, "l2": 1e-2, "rms_floor": 0.5},
+    torch.float32: {"atol": 1e-5, "rtol": 1e-5, "l2": 1e-5, "rms_floor": 0.5},
 }
 
 

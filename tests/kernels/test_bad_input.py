@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernels import problems
 from kernels.harness.static import MAX_SOURCE_BYTES
@@ -44,6 +45,39 @@ def test_a_problem_declaring_malformed_shapes_is_refused_with_a_clear_error(
     with pytest.raises(problems.ProblemError, match="badshapes") as info:
         problems.load("badshapes", [str(folder)])
     assert message in str(info.value)
+
+
+GOOD_TOLERANCE = 'torch.float32: {"atol": 1e-6, "rtol": 1e-6, "l2": 1e-6},'
+
+BAD_TOLERANCES = [
+    ('torch.float32: {"atol": 1e-6, "rtol": 1e-6},', "missing l2"),
+    ('torch.float32: {"atol": 1e-6, "rtol": 1e-6, "l2": 1e-6, "rms_flor": 1},', "unknown rms_flor"),
+    ('torch.float32: {"atol": -1e-6, "rtol": 1e-6, "l2": 1e-6},', "['atol'] must be a number"),
+    ('torch.float32: {"atol": 1e-6, "rtol": "tight", "l2": 1e-6},', "got 'tight'"),
+    ('torch.float32: {"atol": 1e-6, "rtol": 1e-6, "l2": float("inf")},', "got inf"),
+    ('torch.float32: {"atol": 1e-6, "rtol": 1e-6, "l2": 1e-6, "rms_floor": True},', "got True"),
+    ("torch.float32: 1e-6,", "must be a dict like"),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), BAD_TOLERANCES)
+def test_a_problem_declaring_a_malformed_tolerance_is_refused_with_a_clear_error(
+    tmp_path, line, message
+):
+    assert GOOD_TOLERANCE in ROWSCALE
+    (tmp_path / "badtol.py").write_text(ROWSCALE.replace(GOOD_TOLERANCE, line))
+    with pytest.raises(problems.ProblemError, match="badtol") as info:
+        problems.load("badtol", [str(tmp_path)])
+    assert message in str(info.value)
+
+
+def test_a_problem_may_declare_an_rms_floor(tmp_path) -> None:
+    line = 'torch.float32: {"atol": 1e-6, "rtol": 1e-6, "l2": 1e-6, "rms_floor": 0.5},'
+    (tmp_path / "floored.py").write_text(ROWSCALE.replace(GOOD_TOLERANCE, line))
+
+    problem = problems.load("floored", [str(tmp_path)])
+
+    assert problem.tolerance(torch.float32)["rms_floor"] == 0.5
 
 
 GOOD_DIMS = 'DIMS = {"M": (0, 0), "N": (0, 1)}\nRANKS = (2,)'

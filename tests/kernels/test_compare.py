@@ -137,3 +137,46 @@ def test_a_shape_mismatch_fails(shape: tuple[int, ...]) -> None:
 
     assert res["passed"] is False
     assert "shape" in res["reason"] and str(list(shape)) in res["reason"]
+
+
+def test_an_rms_floor_bounds_a_tiny_output_by_the_problems_magnitude_not_its_own() -> None:
+    # One GELU deep in its tail: PyTorch's own float32 value is all error against float64
+    # (z = -5.2), yet 6e-8 off in absolute terms, far inside what any element of a large output
+    # of this problem may be off (atol times an RMS of about 0.74).
+    tol = problems.load("matmul_bias_gelu").tolerance(torch.float32)
+    z = torch.tensor([[-5.2]])
+    ref = torch.nn.functional.gelu(z.double(), approximate="tanh")
+    eager = torch.nn.functional.gelu(z, approximate="tanh")
+    unfloored = {k: v for k, v in tol.items() if k != "rms_floor"}
+
+    assert compare(eager, ref, unfloored)["passed"] is False  # relative to its own tiny value
+    res = compare(eager, ref, tol)
+    assert res["passed"] is True, res
+    assert res["tolerance"]["rms_floor"] == 0.5
+    # Where the float64 value is exactly 0 (z = -8), the bound is the floor's, not zero.
+    zero = torch.zeros(1, 1, dtype=torch.float64)
+    assert compare(torch.tensor([[1e-7]]), zero, tol)["passed"] is True
+    assert compare(torch.tensor([[1e-7]]), zero, unfloored)["passed"] is False
+
+
+def test_an_rms_floor_still_fails_an_error_beyond_it() -> None:
+    tol = {"atol": 1e-5, "rtol": 1e-5, "l2": 1e-5, "rms_floor": 0.5}
+    ref = torch.full((1, 1), -5.7e-8, dtype=torch.float64)
+
+    res = compare(torch.tensor([[1e-5]]), ref, tol)  # 2e-5 of the floor: twice the bound
+
+    assert res["passed"] is False
+    assert "1 of 1 elements outside tolerance" in res["reason"]
+    # And it changes nothing where the output's own RMS is above it.
+    big = _ref()
+    off = big + 2e-5 * big.square().mean().sqrt()
+    assert compare(off, big, tol)["passed"] is compare(off, big, {**tol, "rms_floor": 0})["passed"]
+    assert compare(off, big, tol)["passed"] is False
+
+
+def test_the_l2_bound_uses_the_floor_too() -> None:
+    tol = {"atol": 1.0, "rtol": 1.0, "l2": 1e-5, "rms_floor": 0.5}  # only the L2 bound binds
+    ref = torch.full((4, 1), 1e-9, dtype=torch.float64)
+
+    assert compare(ref + 4e-6, ref, tol)["passed"] is True  # 4e-6 / (0.5 * 2) = 4e-6
+    assert compare(ref + 2e-5, ref, tol)["passed"] is False  # 2e-5 / 1 = 2e-5

@@ -18,7 +18,7 @@ def test_the_list_links_every_problem(engineer_client):
         assert registry.load(name).signature in html
 
 
-@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "attention"])
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "attention", "matmul_bias_gelu"])
 def test_a_problem_page_shows_signature_reference_sweeps_and_tolerances(engineer_client, name):
     problem = registry.load(name)
     response = engineer_client.get(reverse("searches:problem", args=[name]))
@@ -37,6 +37,8 @@ def test_a_problem_page_shows_signature_reference_sweeps_and_tolerances(engineer
     for dtype, tol in problem.module.TOLERANCE.items():
         assert f"<code>{str(dtype).replace('torch.', '')}</code>" in tolerances
         cells = "".join(f'<td class="num">{tol[k]:.4g}</td>' for k in ("atol", "rtol", "l2"))
+        floor = tol.get("rms_floor")
+        cells += f'<td class="num">{"—" if floor is None else format(floor, ".4g")}</td>'
         assert cells in tolerances
     for device, dtype in problem.to_dict()["dtypes"].items():
         assert f"<td>{device}</td><td><code>{dtype}</code></td>" in html
