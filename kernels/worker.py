@@ -54,7 +54,8 @@ _name: str | None = None
 _info: dict[str, Any] = {}
 _baselines: BaselineCache | None = None  # on a GPU: shared by every job, on disk and in Redis
 # On a GPU with AUTOWEB_GPU_SLOTS=n: at most n of this GPU's screening evaluations past compiling
-# at once, across its workers (the others load and compile meanwhile).
+# and not yet done with the GPU at once, across its workers (the others load and compile
+# meanwhile).
 _slots: GpuSlots | None = None
 
 

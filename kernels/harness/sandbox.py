@@ -554,13 +554,13 @@ def slots_setting(name: str, raw: str | None, default: int | None) -> int | None
 
 
 class GpuSlots:
-    """At most `n` evaluations past compiling on one GPU at once, across the processes of a
-    host (the GPU workers of `manage.py up`): a counting semaphore of `n` slot files, each held
-    with flock while an evaluation is on the GPU, so a slot comes back by itself when its
-    holder dies. The same `acquire`/`release` as a `threading.Semaphore`, which a single
-    process (`kernels tune`) passes to `evaluate(..., gpu_slots=...)` instead. A thread holds
-    one slot at most and releases the one it acquired; one that acquires while it still holds
-    its slot keeps it. Acquisition polls every `poll_s`: no order among waiters."""
+    """At most `n` evaluations past compiling and not yet done with one GPU at once, across the
+    processes of a host (the GPU workers of `manage.py up`): a counting semaphore of `n` slot
+    files, each held with flock while an evaluation is on the GPU, so a slot comes back by
+    itself when its holder dies. The same `acquire`/`release` as a `threading.Semaphore`, which
+    a single process (`kernels tune`) passes to `evaluate(..., gpu_slots=...)` instead. A
+    thread holds one slot at most and releases the one it acquired; one that acquires while it
+    still holds its slot keeps it. Acquisition polls every `poll_s`: no order among waiters."""
 
     def __init__(self, key: str, n: int, poll_s: float = 0.01) -> None:
         if n < 1:
