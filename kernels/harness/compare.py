@@ -66,8 +66,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float]) -> dict
         if d.numel():
             max_abs_t = torch.maximum(max_abs_t, d.max())
         del bad, nonfinite_bad, d
-    totals = [ref_sq, rms_t, n_bad_t.double(), n_nonfinite_t.double(), diff_sq_t, max_abs_t]
-    totals.append(n_fin.double())
+    totals = [ref_sq, rms_t, n_bad_t, n_nonfinite_t, diff_sq_t, max_abs_t, n_fin]
+    totals = [t.double() for t in totals]
     ref_sq_h, rms, n_bad_h, n_nonfinite_h, diff_sq, max_abs, n_fin_h = torch.stack(totals).tolist()
     n_bad, n_nonfinite = int(n_bad_h), int(n_nonfinite_h)
     first_bad: int | None = None

@@ -311,6 +311,9 @@ def _check_declarations(name: str, mod: ModuleType) -> None:
     _check_dims(name, mod, sig)
 
 
+_TOLERANCE_KEYS = ("atol", "rtol", "l2")
+
+
 def _check_tolerance(name: str, tolerance: dict) -> None:
     """Each dtype's bounds: atol, rtol and l2 (numbers, at least 0), and optionally rms_floor
     (docs/problems.md, "Tolerances and the oracle"). A misspelt key would otherwise be ignored
@@ -329,9 +332,6 @@ def _check_tolerance(name: str, tolerance: dict) -> None:
         for k, v in tol.items():
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
                 raise ProblemError(f"{where}[{k!r}] must be a number of at least 0; got {v!r:.40}")
-
-
-_TOLERANCE_KEYS = ("atol", "rtol", "l2")
 
 
 def _check_dims(name: str, mod: ModuleType, sig: str) -> None:
