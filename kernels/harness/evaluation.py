@@ -552,9 +552,13 @@ class _Pump:
                     "the process tree was killed",
                 )
                 break
-            self.run.timeline.append(
-                (msg.get("phase") or t, round(time.monotonic() - self.t_start, 3))
-            )
+            phase = msg.get("phase")
+            phase = phase if isinstance(phase, str) and 0 < len(phase) <= 40 else t
+            self.run.timeline.append((phase, round(time.monotonic() - self.t_start, 3)))
+            if phase not in self.run.timeline_cpu and len(self.run.timeline_cpu) < 64:
+                cpu = self.child.cpu_seconds()
+                if cpu is not None:
+                    self.run.timeline_cpu[phase] = cpu
             handler = HANDLERS.get(t)
             try:
                 done = bool(handler and handler(self, msg)) or self.stopped

@@ -227,6 +227,7 @@ class Child:
         self.cuda_sync: str | None = None  # on a GPU: how its CUDA context waits (runner)
         self._dead_since: float | None = None
         self.peak_rss = 0
+        self._ps: psutil.Process | None = None
 
     def _read(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as f:
@@ -251,6 +252,18 @@ class Child:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the sandboxed process has used so far, the children it has reaped (a
+        compiler it ran) included, read from /proc by this process, never reported by the
+        child. None once it is gone. (Under a profiler's wrapper: the wrapper's.)"""
+        try:
+            if self._ps is None:
+                self._ps = psutil.Process(self.proc.pid)
+            t = self._ps.cpu_times()
+        except psutil.Error:
+            return None
+        return round(t.user + t.system + t.children_user + t.children_system, 3)
 
     def _rss(self) -> int:
         total = 0

@@ -116,6 +116,9 @@ class Run:
         self.checks: dict[str, dict] = {}
         self.notes: list[str] = []
         self.timeline: list[tuple[str, float]] = []
+        # CPU seconds the sandboxed process had used when each phase first began (its start-up
+        # in a pool included): against `timeline`, whether a phase computed or waited.
+        self.timeline_cpu: dict[str, float] = {}
         self.end_to_end: dict | None = None
         self.timed_ms: dict[int, dict] = {}  # the child's raw timing stats per shape
         self.cached: list[dict] | None = None  # baseline entries when screening
@@ -575,6 +578,7 @@ def assemble_report(run: Run, problem, dinfo, dtype, tier, started, sources) -> 
         "notes": [n for n in run.notes if n][:50],
         **({"end_to_end": run.end_to_end} if run.end_to_end is not None else {}),
         "timeline": timeline_of(run.timeline),
+        "timeline_cpu": dict(run.timeline_cpu),
     }
 
 

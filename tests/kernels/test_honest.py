@@ -32,6 +32,12 @@ def test_every_seed_is_accepted_with_no_failed_check(name: str) -> None:
     report = evaluate(problem, problem.seed_path.read_text(), device="interpret", tier="smoke")
 
     _assert_clean(report, f"seed {name}")
+    # The sandboxed process's CPU seconds when each phase began, read by the caller: they
+    # only grow, and its start-up in the pool is already in the first.
+    cpu, tl = report["timeline_cpu"], report["timeline"]
+    assert set(cpu) <= set(tl) and {"compiling", "verifying"} <= set(cpu), (cpu, tl)
+    by_time = [cpu[p] for p in sorted(cpu, key=tl.__getitem__)]
+    assert by_time == sorted(by_time) and by_time[0] > 0, cpu
 
 
 @pytest.mark.parametrize("path", TUNED, ids=lambda p: p.stem)

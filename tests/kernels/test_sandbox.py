@@ -108,6 +108,21 @@ def test_a_child_has_its_resource_limits_set(child: Child) -> None:
     assert limits(psutil.RLIMIT_NOFILE)[0] == 4096
 
 
+def test_the_caller_reads_the_childs_cpu_time_itself() -> None:
+    c = Child("interpret")
+    try:
+        c.wait_ready()
+        ready = c.cpu_seconds()
+        t = psutil.Process(c.proc.pid).cpu_times()
+
+        # Read from /proc, not reported by the child: its start-up (importing torch) shows.
+        assert ready is not None and ready >= t.user + t.system - 0.01 > 0
+    finally:
+        c.close()
+
+    assert c.cpu_seconds() is None  # gone
+
+
 def test_close_kills_the_child_and_removes_its_directory() -> None:
     c = Child("interpret")
     try:
