@@ -3,7 +3,8 @@
 # benchmarks/user_problems: screening evaluations per GPU-minute (search_proof.py: the baselines
 # measured once, then THROUGHPUT distinct configurations of the seed, JOBS on the GPU and AHEAD
 # more loading and compiling meanwhile, a compile past LINGER seconds giving its place to the
-# next), then the whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two
+# next; run_phases.py's table of where its evaluations spent their time in phases.txt), then
+# the whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two
 # tuner searches from the seed for a WINDOW-second window). `nvidia-smi dmon` samples the GPU
 # each second during each. Writes under $1 (default: ./out). Needs redis-server on PATH for the
 # stack.
@@ -35,6 +36,8 @@ if [[ " ${PARTS:-search stack} " == *" search "* ]]; then
   echo "search_proof exit $?"
   kill "$DMON" 2>/dev/null
   tail -6 "$OUT/search.log"
+  # Each step's median seconds and CPU seconds, and the share of the run spent timing alone.
+  python3 benchmarks/run_phases.py "$OUT/search.json" | tee "$OUT/phases.txt"
 fi
 
 if [[ " ${PARTS:-search stack} " == *" stack "* ]]; then

@@ -131,21 +131,24 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
     spare = spare_for(ahead, linger)
     flight = Flight(jobs + ahead, linger_s=linger or None, spare=spare)
 
-    def one(src: str, ticket) -> dict:
+    def one(src: str, ticket) -> tuple[float, dict]:
+        started = time.perf_counter() - t0
         try:
             report = ev(src, ticket.on_event)
         finally:
             ticket.end()
         with _lock:
             done_at.append(time.perf_counter() - t0)
-        return report
+        return started, report
 
     with HostLoad() as load, ThreadPoolExecutor(jobs + ahead + spare) as pool:
         futures = []
         for src in sources:
             flight.wait_for_place()
             futures.append(pool.submit(one, src, flight.begin()))
-        reports = [f.result() for f in futures]
+        results = [f.result() for f in futures]
+    started_at = [started for started, _ in results]
+    reports = [report for _, report in results]
     minutes = (time.perf_counter() - t0) / 60
     done_at.sort()
     steady = None
@@ -163,10 +166,14 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
         "per_minute": round(len(reports) / minutes, 1) if minutes else None,
         "steady_per_minute": steady,
         "done_at": [round(x, 2) for x in done_at],
+        # Seconds from the start to each evaluation's call, in the order of the lists below
+        # (`done_at` is sorted): with `timelines`, when each phase of each ran.
+        "started_at": [round(x, 3) for x in started_at],
         "accepted": sum(1 for r in reports if r["verdict"] == "accepted"),
         "failures": sorted({r["failure"] for r in reports if r["failure"]}),
         "seconds_each": seconds,
         "timelines": [r.get("timeline") for r in reports],
+        "cpu_timelines": [r.get("timeline_cpu") for r in reports],
         "gpu_wait": [r.get("gpu_wait") for r in reports],
         "median_gpu_wait": {
             k: _median([(r.get("gpu_wait") or {}).get(k) for r in reports])

@@ -31,6 +31,9 @@ def test_every_phase_runs_and_the_json_says_how_the_screening_was_scheduled(
     assert after["evaluations"] == after["accepted"] == 2
     assert (after["jobs"], after["ahead"], after["linger_s"], after["lingered"]) == (1, 1, 20, 0)
     assert len(after["timelines"]) == len(after["gpu_wait"]) == 2
+    # What benchmarks/run_phases.py reads: when each started, and its child's CPU seconds.
+    assert len(after["started_at"]) == 2 and all(0 <= s < 600 for s in after["started_at"])
+    assert all(cpu["compiling"] > 0 for cpu in after["cpu_timelines"]), after["cpu_timelines"]
     assert "caller_median_percent_of_a_core" in after["host_cpu"]
     assert data["tune"]["evaluations"] == 2 and data["tune"]["lingered"] == 0
     assert "after:" in res.stdout

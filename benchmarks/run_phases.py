@@ -1,0 +1,115 @@
+"""Where a screening run's evaluations spent their time, from the JSON `search_proof.py` wrote.
+
+Per step between two phases of the reports' `timeline` (in the order each evaluation reached
+them): in how many evaluations it occurred, the median seconds it took and, where the run
+recorded the reports' `timeline_cpu`, the median CPU seconds the sandboxed process used in it.
+A step that took far more seconds than CPU seconds waited: for the GPU lock, for the GPU
+itself, or for a core. Then the run's shares of its wall clock: the GPU held alone to time
+(the reports' `gpu_wait.held_exclusive_s`, summed: those holds never overlap) and, where the run
+recorded when each evaluation started (`started_at`), how many evaluations were on the GPU at
+once on average (from the first ask for the GPU to `gpu_done`) over the steady window (between
+the first and the last `jobs` finishing, as `steady_per_minute`).
+
+    python3 benchmarks/run_phases.py docs/benchmarks/search/search-2026-12-05-h100-j8b.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def steps(run: dict) -> list[dict]:
+    """One row per step "a -> b" between consecutive phases, in the order first seen."""
+    cpus = run.get("cpu_timelines") or [None] * len(run["timelines"])
+    rows: dict[str, dict] = {}
+    for tl, cpu in zip(run["timelines"], cpus, strict=True):
+        if not tl:
+            continue
+        order = sorted(tl, key=tl.__getitem__)
+        for a, b in zip(order, order[1:], strict=False):
+            row = rows.setdefault(f"{a} -> {b}", {"wall": [], "cpu": []})
+            row["wall"].append(tl[b] - tl[a])
+            if cpu and a in cpu and b in cpu:
+                row["cpu"].append(cpu[b] - cpu[a])
+    return [
+        {
+            "step": name,
+            "n": len(r["wall"]),
+            "seconds": round(statistics.median(r["wall"]), 3),
+            "cpu_seconds": round(statistics.median(r["cpu"]), 3) if r["cpu"] else None,
+        }
+        for name, r in rows.items()
+    ]
+
+
+def exclusive_share(run: dict) -> float | None:
+    """Share of the run's wall clock in which an evaluation held the GPU alone to time."""
+    held = [(w or {}).get("held_exclusive_s") for w in run.get("gpu_wait") or []]
+    held = [h for h in held if h is not None]
+    wall = (run.get("minutes") or 0) * 60
+    return round(sum(held) / wall, 3) if held and wall > 0 else None
+
+
+def on_gpu(run: dict) -> float | None:
+    """Mean number of evaluations between their first ask for the GPU and `gpu_done`, over the
+    steady window; None when the run did not record when each started or was too short."""
+    started, jobs, done = run.get("started_at"), run.get("jobs") or 0, sorted(run["done_at"])
+    if not started or len(done) <= 2 * jobs + 1:
+        return None
+    lo, hi = done[jobs - 1], done[-jobs - 1]
+    total = 0.0
+    for t0, tl in zip(started, run["timelines"], strict=True):
+        if tl and "want_gpu" in tl and "gpu_done" in tl:
+            a, b = max(lo, t0 + tl["want_gpu"]), min(hi, t0 + tl["gpu_done"])
+            total += max(0.0, b - a)
+    return round(total / (hi - lo), 2) if hi > lo else None
+
+
+def summary(run: dict) -> dict:
+    return {
+        "evaluations": run.get("evaluations"),
+        "jobs": run.get("jobs"),
+        "ahead": run.get("ahead"),
+        "per_minute": run.get("per_minute"),
+        "steady_per_minute": run.get("steady_per_minute"),
+        "exclusive_share": exclusive_share(run),
+        "on_gpu": on_gpu(run),
+        "steps": steps(run),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="search_proof.py JSON files")
+    ap.add_argument("--json", action="store_true", help="print the summaries as JSON")
+    args = ap.parse_args(argv)
+    out = {}
+    for path in args.runs:
+        try:
+            run = json.loads(path.read_text())["after"]
+            out[str(path)] = summary(run)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"{path}: not a search_proof.py run ({type(e).__name__}: {e})", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    for path, s in out.items():
+        print(
+            f"{path}: {s['evaluations']} evaluations, jobs {s['jobs']}, ahead {s['ahead']}; "
+            f"{s['per_minute']} per minute, steady state {s['steady_per_minute']}; "
+            f"timing alone {s['exclusive_share']} of the wall clock; "
+            f"on the GPU at once {s['on_gpu']}"
+        )
+        for row in s["steps"]:
+            cpu = "" if row["cpu_seconds"] is None else f"  cpu {row['cpu_seconds']:7.3f} s"
+            print(f"  {row['step']:<32} n={row['n']:<4} {row['seconds']:7.3f} s{cpu}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""benchmarks/run_phases.py: where a screening run's evaluations spent their time. Checked on
+runs small enough to work out by hand, and on a recorded one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import run_phases  # noqa: E402
+
+from tests.benchmarks import run_script  # noqa: E402
+
+
+def _run() -> dict:
+    """Four evaluations, two on the GPU at a time; the fourth never reached it."""
+    tl = {"compiling": 0.0, "want_gpu": 1.0, "verifying": 1.5, "benchmarking": 5.0}
+    return {
+        "evaluations": 4,
+        "jobs": 1,
+        "minutes": 0.5,
+        "started_at": [0.0, 0.0, 6.0, 6.0],
+        "done_at": [6.5, 6.6, 12.5, 30.0],
+        "timelines": [
+            {**tl, "gpu_done": 5.5, "done": 6.5},
+            {**tl, "gpu_done": 6.5, "done": 6.6},
+            {**tl, "gpu_done": 5.5, "done": 6.5},
+            {"compiling": 0.0, "done": 30.0},
+        ],
+        "cpu_timelines": [
+            {"compiling": 2.0, "want_gpu": 3.0, "verifying": 3.1, "benchmarking": 3.9},
+            None,
+            {"compiling": 2.0, "want_gpu": 3.4},
+            None,
+        ],
+        "gpu_wait": [{"held_exclusive_s": 0.5}, {"held_exclusive_s": 1.5}, None, None],
+    }
+
+
+def test_each_step_has_its_median_seconds_and_cpu_seconds_where_recorded() -> None:
+    rows = {r["step"]: r for r in run_phases.steps(_run())}
+
+    assert rows["compiling -> want_gpu"] == {
+        "step": "compiling -> want_gpu",
+        "n": 3,
+        "seconds": 1.0,
+        "cpu_seconds": pytest.approx(1.2),  # two recorded: 1.0 and 1.4
+    }
+    assert rows["verifying -> benchmarking"]["cpu_seconds"] == pytest.approx(0.8)
+    assert rows["benchmarking -> gpu_done"]["seconds"] == 0.5  # 0.5, 1.5, 0.5
+    assert rows["compiling -> done"] == {
+        "step": "compiling -> done",
+        "n": 1,
+        "seconds": 30.0,
+        "cpu_seconds": None,
+    }
+
+
+def test_timing_alone_is_the_exclusive_holds_over_the_wall_clock() -> None:
+    assert run_phases.exclusive_share(_run()) == pytest.approx(2.0 / 30, abs=1e-3)
+    assert run_phases.exclusive_share({"minutes": 1.0, "gpu_wait": [None]}) is None
+
+
+def test_evaluations_on_the_gpu_at_once_are_averaged_over_the_steady_window() -> None:
+    # The window runs from the first finish (6.5) to the last but one (12.5): the first two
+    # are done with the GPU by then, the third is on it from 7.0 to 11.5.
+    assert run_phases.on_gpu(_run()) == pytest.approx(4.5 / 6.0, abs=0.01)
+    # A run that did not record when its evaluations started cannot say.
+    assert run_phases.on_gpu({**_run(), "started_at": None}) is None
+
+
+def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
+    res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-05-g.json")
+
+    assert res.returncode == 0, res.stderr
+    assert "96 evaluations, jobs 12" in res.stdout
+    assert "50.3 per minute, steady state 52.1" in res.stdout
+    assert "preparing -> benchmarking" in res.stdout
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"before": {}}))
+    res = run_script("run_phases.py", str(bad))
+    assert res.returncode == 2
+    assert "not a search_proof.py run (KeyError" in res.stderr
