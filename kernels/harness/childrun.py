@@ -311,30 +311,47 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
 
 
-def _same_bits(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[bool]:
-    """Per pair, whether both tensors hold the same bytes. One wait for the device for all of
-    them (torch.equal waits once per pair: on a GPU shared by a dozen processes each wait is
-    behind their work)."""
+def _bit_flags(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor | None:
+    """Per pair, on the device, whether both tensors hold the same bytes; nothing waits for the
+    device (`_read_flags` does, once for all of them: torch.equal waits once per pair, and on a
+    GPU shared by a dozen processes each wait is behind their work)."""
     flags = []
     for a, b in pairs:  # a tensor and its copy: one device (a resized input differs in size)
         a = a.contiguous().reshape(-1).view(torch.uint8)
         b = b.contiguous().reshape(-1).view(torch.uint8)
         same = (a == b).all() if a.numel() == b.numel() else torch.zeros((), dtype=torch.bool)
         flags.append(same.to(a.device))
-    return [bool(f) for f in torch.stack(flags).tolist()] if flags else []
+    return torch.stack(flags) if flags else None
 
 
-def write_tensor(t: torch.Tensor, out_dir: Path, tag: str) -> dict:
+def _read_flags(flags: torch.Tensor | None) -> list[bool]:
+    """`_bit_flags` on the host: one wait for the calling stream, which also completes every
+    copy to host memory queued on it before (`to_host`)."""
+    return [bool(f) for f in flags.tolist()] if flags is not None else []
+
+
+def _same_bits(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[bool]:
+    """Per pair, whether both tensors hold the same bytes: one wait for the device."""
+    return _read_flags(_bit_flags(pairs))
+
+
+def to_host(t: torch.Tensor) -> torch.Tensor:
+    """A host copy of an output, queued on the calling stream when `t` is on the GPU: read it
+    only once that stream has been waited for (`_read_flags`, a synchronisation), so that the
+    copy shares the wait of the checks queued with it instead of a wait of its own."""
     t = t.detach()
-    if t.is_cuda:
-        # Through page-locked memory: a pageable copy from the device goes through the driver's
-        # bounce buffer at a fraction of the link's speed, seconds a sweep of large outputs
-        # while this process holds the GPU; the caching host allocator keeps the block for the
-        # next output.
-        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-        host.copy_(t)
-    else:
-        host = t.contiguous()
+    if not t.is_cuda:
+        return t.contiguous()
+    # Into page-locked memory: a pageable copy from the device goes through the driver's bounce
+    # buffer at a fraction of the link's speed, seconds a sweep of large outputs while this
+    # process holds the GPU; the caching host allocator keeps the block for the next output.
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    return host
+
+
+def save_tensor(host: torch.Tensor, out_dir: Path, tag: str) -> dict:
+    """Write a host tensor (`to_host`, its copy complete) to the file the caller reads."""
     path = out_dir / f"{tag}.bin"
     host.reshape(-1).view(torch.uint8).numpy().tofile(path)
     return {
@@ -342,6 +359,14 @@ def write_tensor(t: torch.Tensor, out_dir: Path, tag: str) -> dict:
         "shape": list(host.shape),
         "dtype": str(host.dtype).replace("torch.", ""),
     }
+
+
+def write_tensor(t: torch.Tensor, out_dir: Path, tag: str) -> dict:
+    """`to_host`, a wait for the copy, `save_tensor`."""
+    host = to_host(t)
+    if t.is_cuda:
+        torch.cuda.current_stream().synchronize()
+    return save_tensor(host, out_dir, tag)
 
 
 def describe_output(out, inputs, device: str, dtype: torch.dtype) -> list[str]:
@@ -420,13 +445,15 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap) -> tuple[bool, 
     if any(_overlaps(out1, x) for x in a):
         probs.append("output aliases an input (shares its storage)")
     pairs = list(zip(a, saved, strict=True)) + ([(early, out1)] if early is not None else [])
-    same = _same_bits(pairs)
+    flags = _bit_flags(pairs)
+    host = to_host(out1)  # queued behind the checks: one wait for both
+    same = _read_flags(flags)
     if not all(same[: len(a)]):
         probs.append("candidate mutated an input")
     if early is not None and not same[-1]:
         probs.append("output changed after the calling stream finished (work on a side stream)")
     del early, pairs
-    outputs["first"] = write_tensor(out1, out_dir, "first")
+    outputs["first"] = save_tensor(host, out_dir, "first")
 
     fresh = problem.make_inputs(shape, dtype, tdev, seeds["second"])
     for x, y in zip(a, fresh, strict=True):
@@ -440,9 +467,11 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap) -> tuple[bool, 
         return False, {"t": "verified", "i": i, "outputs": outputs, "facts": facts}
     if out2 is out1 or _overlaps(out2, out1):
         probs.append("second call returned the first call's buffer (results reused across calls)")
-    if not all(_same_bits(list(zip(a, saved, strict=True)))):
+    flags = _bit_flags(list(zip(a, saved, strict=True)))
+    host = to_host(out2)
+    if not all(_read_flags(flags)):
         probs.append("candidate mutated an input")
-    outputs["second"] = write_tensor(out2, out_dir, "second")
+    outputs["second"] = save_tensor(host, out_dir, "second")
     del out1, out2
 
     if device == "cuda":
@@ -452,8 +481,9 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap) -> tuple[bool, 
             for x, y in zip(a, final, strict=True):
                 x.copy_(y)
             g.replay()
+            host = to_host(outs[0])
             torch.cuda.synchronize()
-            outputs["graph"] = write_tensor(outs[0], out_dir, "graph")
+            outputs["graph"] = save_tensor(host, out_dir, "graph")
             del g, outs
         except Exception as e:  # capture refused: syncs, host reads, side streams ...
             torch.cuda.synchronize()
