@@ -57,9 +57,10 @@ def exclusive_share(run: dict) -> float | None:
 def on_gpu(run: dict) -> float | None:
     """Mean number of evaluations between their first ask for the GPU and `gpu_done`, over the
     steady window; None when the run did not record when each started or was too short."""
-    started, jobs, done = run.get("started_at"), run.get("jobs") or 0, sorted(run["done_at"])
-    if not started or len(done) <= 2 * jobs + 1:
+    started, jobs, done = run.get("started_at"), run.get("jobs") or 0, run.get("done_at")
+    if not started or not done or len(done) <= 2 * jobs + 1:
         return None
+    done = sorted(done)
     lo, hi = done[jobs - 1], done[-jobs - 1]
     total = 0.0
     for t0, tl in zip(started, run["timelines"], strict=True):

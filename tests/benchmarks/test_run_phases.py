@@ -72,6 +72,8 @@ def test_evaluations_on_the_gpu_at_once_are_averaged_over_the_steady_window() ->
     assert run_phases.on_gpu(_run()) == pytest.approx(4.5 / 6.0, abs=0.01)
     # A run that did not record when its evaluations started cannot say.
     assert run_phases.on_gpu({**_run(), "started_at": None}) is None
+    early = {k: v for k, v in _run().items() if k not in ("started_at", "done_at")}
+    assert run_phases.on_gpu(early) is None  # the first runs recorded neither
 
 
 def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
