@@ -330,11 +330,6 @@ def _read_flags(flags: torch.Tensor | None) -> list[bool]:
     return [bool(f) for f in flags.tolist()] if flags is not None else []
 
 
-def _same_bits(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[bool]:
-    """Per pair, whether both tensors hold the same bytes: one wait for the device."""
-    return _read_flags(_bit_flags(pairs))
-
-
 def to_host(t: torch.Tensor) -> torch.Tensor:
     """A host copy of an output, queued on the calling stream when `t` is on the GPU: read it
     only once that stream has been waited for (`_read_flags`, a synchronisation), so that the
