@@ -173,8 +173,6 @@ class Child:
             "TRITON_CACHE_DIR": str(self.dir / "triton"),
             "TORCHINDUCTOR_CACHE_DIR": str(self.dir / "inductor"),
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
             "OMP_NUM_THREADS": "1",
             "AUTOWEB_DEVICE": "cuda" if device == "cuda" else "cpu",
             "AUTOWEB_WIRE_FD": str(w),
@@ -199,7 +197,10 @@ class Child:
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
             env["AUTOWEB_LIMIT_AS"] = str(memory_bytes)
-        cmd = [*(wrapper or []), sys.executable, "-I", "-c", _BOOT, str(PROJECT_ROOT)]
+        # -I: no PYTHON* variable, user site or working directory counts; -B: no bytecode is
+        # written (-I ignores PYTHONDONTWRITEBYTECODE). The child reads the bytecode the
+        # installed packages came with: without it every start compiles their sources again.
+        cmd = [*(wrapper or []), sys.executable, "-I", "-B", "-c", _BOOT, str(PROJECT_ROOT)]
         if wrapper:
             env["PATH"] = os.environ.get("PATH", env["PATH"])  # the profiler finds its tools
         if network_isolation_available():
