@@ -73,6 +73,7 @@ def on_gpu(run: dict) -> float | None:
 def summary(run: dict) -> dict:
     return {
         "evaluations": run.get("evaluations"),
+        "stopped": run.get("stopped"),
         "jobs": run.get("jobs"),
         "ahead": run.get("ahead"),
         "per_minute": run.get("per_minute"),
@@ -100,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=1))
         return 0
     for path, s in out.items():
+        stopped = f" (stopped by {s['stopped']}: what finished)" if s["stopped"] else ""
         print(
-            f"{path}: {s['evaluations']} evaluations, jobs {s['jobs']}, ahead {s['ahead']}; "
+            f"{path}: {s['evaluations']} evaluations{stopped}, jobs {s['jobs']}, "
+            f"ahead {s['ahead']}; "
             f"{s['per_minute']} per minute, steady state {s['steady_per_minute']}; "
             f"timing alone {s['exclusive_share']} of the wall clock; "
             f"on the GPU at once {s['on_gpu']}"

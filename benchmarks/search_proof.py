@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -47,9 +48,18 @@ from kernels.harness import (  # noqa: E402
 )
 from kernels.harness import baselines as bl  # noqa: E402
 from kernels.harness import device as devmod  # noqa: E402
-from kernels.harness.sandbox import Pool, adopt_escaped_processes  # noqa: E402
+from kernels.harness.sandbox import Pool, adopt_escaped_processes, kill_all  # noqa: E402
 
 _lock = threading.Lock()
+
+
+class Stopped(BaseException):
+    """SIGTERM (`timeout`'s signal) reached the main thread: the screening phase keeps what
+    finished, the JSON is written, and the script exits with 124."""
+
+
+def _stop(signum, frame) -> None:
+    raise Stopped(signal.Signals(signum).name)
 
 
 def log(*a) -> None:
@@ -126,31 +136,46 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
     max(1, `ahead`) at a time (kernels.engine.flight, as `kernels tune` does); evaluations per
     minute of wall clock, over the whole run and in the steady state (between the first and
     the last `jobs` finishing, where the pipeline is full)."""
-    done_at: list[float] = []
+    finished: list[tuple[float, float, dict]] = []  # in the order they finish
     t0 = time.perf_counter()
     spare = spare_for(ahead, linger)
     flight = Flight(jobs + ahead, linger_s=linger or None, spare=spare)
 
-    def one(src: str, ticket) -> tuple[float, dict]:
+    def one(src: str, ticket) -> tuple[float, float, dict]:
         started = time.perf_counter() - t0
         try:
             report = ev(src, ticket.on_event)
         finally:
             ticket.end()
+        done = time.perf_counter() - t0
         with _lock:
-            done_at.append(time.perf_counter() - t0)
-        return started, report
+            finished.append((started, done, report))
+            n = len(finished)
+        # A run stopped early still says how far it got, in its log as in its JSON.
+        log(f"[{n:3d}/{len(sources)}] {done:7.1f} s {report['verdict']}")
+        return started, done, report
 
-    with HostLoad() as load, ThreadPoolExecutor(jobs + ahead + spare) as pool:
-        futures = []
-        for src in sources:
-            flight.wait_for_place()
-            futures.append(pool.submit(one, src, flight.begin()))
-        results = [f.result() for f in futures]
-    started_at = [started for started, _ in results]
-    reports = [report for _, report in results]
+    stopped = None
+    pool = ThreadPoolExecutor(jobs + ahead + spare)
+    futures = []
+    try:
+        with HostLoad() as load:
+            try:
+                for src in sources:
+                    flight.wait_for_place()
+                    futures.append(pool.submit(one, src, flight.begin()))
+                results = [f.result() for f in futures]
+            except Stopped as e:
+                # What finished counts; what was in flight is dropped, not waited for.
+                stopped = str(e)
+                with _lock:
+                    results = list(finished)
+    finally:
+        pool.shutdown(wait=stopped is None, cancel_futures=stopped is not None)
+    started_at = [started for started, _, _ in results]
+    reports = [report for _, _, report in results]
     minutes = (time.perf_counter() - t0) / 60
-    done_at.sort()
+    done_at = sorted(done for _, done, _ in results)
     steady = None
     if len(done_at) > 2 * jobs + 1:
         a, b = done_at[jobs - 1], done_at[-jobs - 1]
@@ -158,6 +183,9 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
     seconds = [r["summary"].get("seconds") for r in reports]
     return {
         "evaluations": len(reports),
+        # Set when a signal stopped the phase: the figures are of the evaluations finished by
+        # then, over the time until then, and the rest of `sources` never finished.
+        "stopped": stopped,
         "jobs": jobs,
         "ahead": ahead,
         "linger_s": linger or None,
@@ -236,6 +264,7 @@ def main() -> int:
             str(Path(d).resolve()) for d in args.problems_dir
         )
     adopt_escaped_processes()
+    signal.signal(signal.SIGTERM, _stop)
     out: dict = {"args": vars(args), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     problem = problems.load(args.problem)
     out["device"] = devmod.info(args.device)
@@ -304,6 +333,8 @@ def main() -> int:
             log("median wait for the GPU lock:", out["after"]["median_gpu_wait"])
             log("host CPU:", out["after"]["host_cpu"])
             save()
+            if out["after"]["stopped"]:
+                raise Stopped(out["after"]["stopped"])
         # 4. the tune from the seed
         if args.trials:
             t0 = time.perf_counter()
@@ -347,6 +378,11 @@ def main() -> int:
                 f"{table.get('shapes_at_or_above_compiled')}/{table.get('shapes_with_compiled')}",
             )
             log("best single kernel vs torch.compile:", best.get("geomean_speedup_compiled"))
+    except Stopped as e:
+        out["stopped"] = str(e)
+        log(f"stopped by {e}: the JSON holds what finished")
+        kill_all()  # the evaluations still in flight end now, not at their own pace
+        return 124
     finally:
         pool.close()
         save()

@@ -49,3 +49,45 @@ def test_a_bad_linger_is_refused_before_anything_runs(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "--linger is a number of seconds above 0, or 0 to turn it off" in res.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_run_stopped_by_sigterm_keeps_what_finished(tmp_path: Path) -> None:
+    """`timeout` ends a run that outlasts its limit with SIGTERM: the screening phase's figures
+    are then those of the evaluations finished by then, and the JSON says it was stopped."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.benchmarks import ROOT
+
+    out = tmp_path / "search.json"
+    proc = subprocess.Popen(
+        [sys.executable, "benchmarks/search_proof.py", "--out", str(out), "--device", "interpret"]
+        + ["--problems-dir", "benchmarks/user_problems", "--problem", "token_logprobs"]
+        + ["--before", "0", "--throughput", "12", "--jobs", "1", "--ahead", "0"]
+        + ["--trials", "0", "--reuse-baselines"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "[  2/12]" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    log = "".join(lines) + rest
+
+    assert proc.returncode == 124, log
+    assert "stopped by SIGTERM" in log
+    data = json.loads(out.read_text())
+    after = data["after"]
+    assert after["stopped"] == "SIGTERM" and data["stopped"] == "SIGTERM"
+    assert 2 <= after["evaluations"] < 12
+    assert len(after["started_at"]) == len(after["done_at"]) == after["evaluations"]
+    assert after["per_minute"] > 0
