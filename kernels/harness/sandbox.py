@@ -37,6 +37,8 @@ from typing import BinaryIO
 
 import psutil
 
+from kernels.harness import bytecode
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MAX_LINE = 4 << 20
 DEFAULT_MEMORY_BYTES = 16 << 30
@@ -157,6 +159,7 @@ class Child:
     ) -> None:
         """`file_bytes` caps the child's directory, all files together (polled);
         `per_file_bytes` (default: the same) caps each file (RLIMIT_FSIZE, exact)."""
+        bytecode.ensure()  # once per process: what every child would compile again as it starts
         self.keep_dir = keep_dir
         self.device = device
         self.memory_bytes = memory_bytes
