@@ -12,7 +12,9 @@ the rest and, on a GPU, creates its CUDA context before it says it is ready. Thi
   files had compiled bytecode beside them. A child writes none, so a package installed without
   it (`pip install --no-compile`) is compiled again by every child that starts;
 - `imports`: one `python -X importtime` run of those steps, self time summed per top-level
-  package, largest first.
+  package, largest first;
+- `compiled_first`: what kernels.harness.bytecode compiled before the first child started
+  (the packages that came without bytecode; {} when none did).
 
     python benchmarks/child_boot.py --device cuda --json OUT.json
 """
@@ -171,9 +173,12 @@ def main() -> int:
     args = ap.parse_args()
     if args.children < 1 or args.repeats < 1:
         ap.error("--children and --repeats must be at least 1")
+    from kernels.harness import bytecode
+
     out = {
         "device": args.device,
         "python": sys.version.split()[0],
+        "compiled_first": bytecode.ensure(),  # as the first sandboxed child would
         "children": children(args.device, args.children),
         **steps("cuda" if args.device == "cuda" else "cpu", args.repeats),
         "imports": imports("cuda" if args.device == "cuda" else "cpu"),

@@ -6,7 +6,7 @@
 # next; run_phases.py's table of where its evaluations spent their time in phases.txt), then
 # the whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two
 # tuner searches from the seed for a WINDOW-second window). `nvidia-smi dmon` samples the GPU
-# each second during each. Writes under $1 (default: ./out). Needs redis-server on PATH for the
+# each second during each. First, what a sandboxed child's start costs (boot.json). Writes under $1 (default: ./out). Needs redis-server on PATH for the
 # stack.
 # Env: PARTS ("search stack": either or both), JOBS (12), AHEAD (4), LINGER (20; 0: never),
 # THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (200), STACK_TIMEOUT (320),
@@ -21,6 +21,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 python3 -c "import torch,triton;print('torch',torch.__version__,'triton',triton.__version__)" \
   | tee -a "$OUT/env.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/env.txt"
+
+# What one sandboxed child's start costs on this host, and the bytecode compiled first for
+# packages that came without it (benchmarks/child_boot.py): the start-ups take most of a
+# screening host's CPU.
+python3 benchmarks/child_boot.py --device cuda --children 2 --repeats 1 --json "$OUT/boot.json" \
+  > /dev/null 2> "$OUT/boot.log"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); c=d['children']; \
+print('child start-up: median', c['median_wall_s'], 's,', c['median_cpu_s'], 'CPU s; compiled first:', \
+d['compiled_first'].get('compiled') or 'nothing')" "$OUT/boot.json" | tee -a "$OUT/env.txt"
 
 sample_gpu() {
   nvidia-smi dmon -s u -d 1 > "$OUT/dmon-$1.txt" 2>&1 &

@@ -16,6 +16,7 @@ def test_one_start_is_measured_step_by_step(tmp_path):
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     d = json.loads(out.read_text())
+    assert d["compiled_first"] == {}  # this environment's packages came with their bytecode
     assert d["children"]["n"] == 1 and len(d["children"]["wall_s"]) == 1
     # The caller's reading of a real child: torch alone costs CPU seconds, and the child never
     # reports its own.
