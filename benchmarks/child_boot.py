@@ -7,7 +7,6 @@ the rest and, on a GPU, creates its CUDA context before it says it is ready. Thi
   ready: wall seconds, and CPU seconds as the caller reads them (`Child.cpu_seconds`);
 - `steps`: the same start-up steps in a plain subprocess started as the sandbox starts its
   child (`-I -B`, an empty HOME and caches), CPU and wall seconds per step, `--repeats` times;
-  then torch._dynamo, which only a child that is not screening loads (kernels.harness.childrun);
 - `bytecode`: per top-level package, how many of the modules those steps loaded from source
   files had compiled bytecode beside them. A child writes none, so a package installed without
   it (`pip install --no-compile`) is compiled again by every child that starts;
@@ -46,13 +45,13 @@ def mark(name):
     last[:] = [c, t]
 mark("interpreter")
 import torch; mark("torch")
+import torch._dynamo; mark("torch._dynamo")
 import triton, triton.language; mark("triton")
 if sys.argv[1] == "cuda":
     torch.cuda.init(); mark("cuda_init")
     torch.empty(1, device="cuda"); torch.cuda.synchronize(); mark("cuda_context")
 sys.path.insert(0, sys.argv[2])
 from kernels.harness import childrun, compare, timing; mark("harness")
-import torch._dynamo; mark("torch._dynamo (a child that is not screening)")
 bytecode = {}
 for name, mod in list(sys.modules.items()):
     cached, source = getattr(mod, "__cached__", None), getattr(mod, "__file__", None)

@@ -789,12 +789,6 @@ def end_to_end(spec, problem, cand: Candidate, send) -> None:
 def run(spec: dict, send, recv) -> None:
     from kernels import problems
 
-    if spec.get("timing") != "screen":
-        # This child may compile the torch.compile baseline. Loading its compiler rebinds
-        # torch.manual_seed, so it loads before the tamper snapshot below; after it, that would
-        # read as tampering. (Screening takes the baselines from the caller's cache.)
-        importlib.import_module("torch._dynamo")  # not `import torch...`: run() uses torch
-
     torch.manual_seed(0)
     problem = problems.load(spec["problem"], spec.get("problem_dirs") or None)
     device = spec["device"]

@@ -97,13 +97,15 @@ def main(confined: dict | None = None) -> None:
     _wire = os.fdopen(int(os.environ["AUTOWEB_WIRE_FD"]), "w", buffering=1)
     warnings.simplefilter("ignore")
     import torch
+
+    # torch.compile loads here, in every child, although only one that compiles the
+    # torch.compile baseline calls it: its import rebinds torch.manual_seed, so it must come
+    # before the tamper snapshot, and torch loads it anyway at a candidate's first tensor op
+    # (the op recorder is a TorchDispatchMode, whose dispatch torch wraps to keep dynamo out).
+    # Loaded later, it would read as tampering: a child that skipped it failed candidates.
+    import torch._dynamo  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
-
-    # torch._dynamo (torch.compile) is not loaded here: on an H100 host it took 4.3 of the 10
-    # CPU seconds a start-up costs (benchmarks/child_boot.py), and a screening child never
-    # compiles the torch.compile baseline. A child that may loads it once its spec has come,
-    # before the tamper snapshot (childrun.run).
 
     device = os.environ.get("AUTOWEB_DEVICE", "cpu")
     sync = None  # how the CUDA context waits for the GPU: "auto" (CUDA's choice) or "blocking"

@@ -22,10 +22,8 @@ def test_one_start_is_measured_step_by_step(tmp_path):
     # reports its own.
     assert d["children"]["median_cpu_s"] > 0.2
     steps = d["steps"]
-    assert list(steps)[:3] == ["interpreter", "torch", "triton"]
-    assert "cuda_init" not in steps  # on the CPU
-    dynamo = steps["torch._dynamo (a child that is not screening)"]
-    assert dynamo["cpu_s"] > 0 and dynamo["wall_s"] >= dynamo["cpu_s"] * 0.5
+    assert list(steps) == ["interpreter", "torch", "torch._dynamo", "triton", "harness"]
+    assert steps["torch"]["cpu_s"] > 0 and steps["torch._dynamo"]["cpu_s"] > 0  # no CUDA here
     rows = d["bytecode"]
     assert rows["torch"]["modules"] > 100 and rows["sympy"]["modules"] > 50
     assert all(0 <= r["with_bytecode"] <= r["modules"] for r in rows.values())
