@@ -6,7 +6,8 @@ the rest and, on a GPU, creates its CUDA context before it says it is ready. Thi
 - `children`: `--children` real sandboxed children started one after another, each until it is
   ready: wall seconds, and CPU seconds as the caller reads them (`Child.cpu_seconds`);
 - `steps`: the same start-up steps in a plain subprocess started as the sandbox starts its
-  child (`-I -B`, an empty HOME and caches), CPU and wall seconds per step, `--repeats` times;
+  child (its interpreter flags and environment: an empty HOME and caches), CPU and wall
+  seconds per step, `--repeats` times;
 - `bytecode`: per top-level package, how many of the modules those steps loaded from source
   files had compiled bytecode beside them. A child writes none, so a package installed without
   it (`pip install --no-compile`) is compiled again by every child that starts;
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -32,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from kernels.harness import sandbox  # noqa: E402
 
 STEPS = r"""
 import json, os, resource, sys, time
@@ -65,20 +67,8 @@ print("STEPS" + json.dumps({"steps": out, "bytecode": bytecode}))
 
 
 def _env(tmp: Path, device: str) -> dict:
-    for sub in ("home", "tmp", "triton", "inductor"):
-        (tmp / sub).mkdir(exist_ok=True)
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp / "home"),
-        "TMPDIR": str(tmp / "tmp"),
-        "TRITON_CACHE_DIR": str(tmp / "triton"),
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "PYTHONPATH"):
-        if k in os.environ:
-            env[k] = os.environ[k]
+    """The sandbox's own start-up environment for a child (kernels.harness.sandbox.base_env)."""
+    env = sandbox.base_env(tmp)
     if device != "cuda":
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
@@ -89,7 +79,7 @@ def steps(device: str, repeats: int) -> dict:
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as d:
             p = subprocess.run(
-                [sys.executable, "-I", "-B", "-c", STEPS, device, str(ROOT)],
+                [sys.executable, *sandbox.PYTHON_FLAGS, "-c", STEPS, device, str(ROOT)],
                 env=_env(Path(d), device),
                 capture_output=True,
                 text=True,
@@ -121,7 +111,8 @@ def steps(device: str, repeats: int) -> dict:
 def imports(device: str, top: int = 15) -> list[dict]:
     with tempfile.TemporaryDirectory() as d:
         p = subprocess.run(
-            [sys.executable, "-I", "-B", "-X", "importtime", "-c", STEPS, device, str(ROOT)],
+            [sys.executable, *sandbox.PYTHON_FLAGS, "-X", "importtime", "-c", STEPS]
+            + [device, str(ROOT)],
             env=_env(Path(d), device),
             capture_output=True,
             text=True,
@@ -142,8 +133,6 @@ def imports(device: str, top: int = 15) -> list[dict]:
 
 
 def children(device: str, n: int) -> dict:
-    from kernels.harness import sandbox
-
     walls, cpus = [], []
     for _ in range(n):
         t0 = time.perf_counter()

@@ -6,8 +6,8 @@
 # next; run_phases.py's table of where its evaluations spent their time in phases.txt), then
 # the whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two
 # tuner searches from the seed for a WINDOW-second window). `nvidia-smi dmon` samples the GPU
-# each second during each. First, what a sandboxed child's start costs (boot.json). Writes under $1 (default: ./out). Needs redis-server on PATH for the
-# stack.
+# each second during each. First, what a sandboxed child's start costs (boot.json). Writes
+# under $1 (default: ./out). Needs redis-server on PATH for the stack.
 # Env: PARTS ("search stack": either or both), JOBS (12), AHEAD (4), LINGER (20; 0: never),
 # THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (200), STACK_TIMEOUT (320),
 # REUSE_BASELINES (set: the screening takes the baselines an earlier run on this host cached).

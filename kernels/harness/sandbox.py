@@ -144,6 +144,30 @@ def _scratch_root() -> str | None:
     return None
 
 
+# -I: no PYTHON* variable, user site or working directory counts; -B: no bytecode is written
+# (-I ignores PYTHONDONTWRITEBYTECODE). The child reads the bytecode the installed packages came
+# with: without it every start compiles their sources again (kernels.harness.bytecode).
+PYTHON_FLAGS = ("-I", "-B")
+
+
+def base_env(directory: Path) -> dict[str, str]:
+    """The environment a child starts from, below `directory` (its HOME and caches are made
+    there), with what it inherits from this process (_PASS_ENV); Child adds its own wiring."""
+    for sub in ("home", "tmp", "triton", "inductor"):
+        (directory / sub).mkdir(exist_ok=True)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(directory / "home"),
+        "TMPDIR": str(directory / "tmp"),
+        "TRITON_CACHE_DIR": str(directory / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(directory / "inductor"),
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    env.update({k: os.environ[k] for k in _PASS_ENV if k in os.environ})
+    return env
+
+
 class Child:
     """One sandboxed runner process, started warm and used for one candidate."""
 
@@ -166,17 +190,10 @@ class Child:
         self.file_bytes = file_bytes
         self.per_file_bytes = per_file_bytes or file_bytes
         self.dir = Path(tempfile.mkdtemp(prefix="autoweb-sbx-", dir=_scratch_root()))
-        for sub in ("home", "tmp", "triton", "inductor", "out"):
-            (self.dir / sub).mkdir()
+        (self.dir / "out").mkdir()
         r, w = os.pipe()
         env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(self.dir / "home"),
-            "TMPDIR": str(self.dir / "tmp"),
-            "TRITON_CACHE_DIR": str(self.dir / "triton"),
-            "TORCHINDUCTOR_CACHE_DIR": str(self.dir / "inductor"),
-            "TORCHINDUCTOR_COMPILE_THREADS": "1",
-            "OMP_NUM_THREADS": "1",
+            **base_env(self.dir),
             "AUTOWEB_DEVICE": "cuda" if device == "cuda" else "cpu",
             "AUTOWEB_WIRE_FD": str(w),
             "AUTOWEB_LIMIT_FSIZE": str(self.per_file_bytes),
@@ -193,17 +210,11 @@ class Child:
             # files and talks to the profiler; the report then says the child was not confined.
             # The child confines itself at boot (kernels/harness/early.py): writes only below.
             env["AUTOWEB_CONFINE_DIR"] = str(self.dir)
-        for k in _PASS_ENV:
-            if k in os.environ:
-                env[k] = os.environ[k]
         if device == "interpret":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
             env["AUTOWEB_LIMIT_AS"] = str(memory_bytes)
-        # -I: no PYTHON* variable, user site or working directory counts; -B: no bytecode is
-        # written (-I ignores PYTHONDONTWRITEBYTECODE). The child reads the bytecode the
-        # installed packages came with: without it every start compiles their sources again.
-        cmd = [*(wrapper or []), sys.executable, "-I", "-B", "-c", _BOOT, str(PROJECT_ROOT)]
+        cmd = [*(wrapper or []), sys.executable, *PYTHON_FLAGS, "-c", _BOOT, str(PROJECT_ROOT)]
         if wrapper:
             env["PATH"] = os.environ.get("PATH", env["PATH"])  # the profiler finds its tools
         if network_isolation_available():

@@ -5,9 +5,12 @@ docs/benchmarks/search.md reads from it. The figures themselves come from a GPU.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.benchmarks import run_script
+from tests.benchmarks import ROOT, run_script
 
 
 def test_every_phase_runs_and_the_json_says_how_the_screening_was_scheduled(
@@ -54,12 +57,6 @@ def test_a_bad_linger_is_refused_before_anything_runs(tmp_path: Path) -> None:
 def test_a_run_stopped_by_sigterm_keeps_what_finished(tmp_path: Path) -> None:
     """`timeout` ends a run that outlasts its limit with SIGTERM: the screening phase's figures
     are then those of the evaluations finished by then, and the JSON says it was stopped."""
-    import signal
-    import subprocess
-    import sys
-
-    from tests.benchmarks import ROOT
-
     out = tmp_path / "search.json"
     proc = subprocess.Popen(
         [sys.executable, "benchmarks/search_proof.py", "--out", str(out), "--device", "interpret"]
