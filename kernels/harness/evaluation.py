@@ -11,6 +11,7 @@ candidate's process says about correctness is believed.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import math
 import os
@@ -408,6 +409,8 @@ def run(
         else sandbox.Child(dev, wrapper=wrapper, keep_dir=wrapper is not None, **kw)
     )
     pump = _Pump(run_, child, request, dinfo, n_sources=len(sources), slots=gpu_slots)
+    if run_.pdev == "cuda":
+        run_.gpu_hold = pump.check_hold
     try:
         child.wait_ready()
         paths = []
@@ -447,18 +450,14 @@ def run(
         try:
             pump.release_slot()
             pump.release_gpu()
+            pump.settle_checks(close=True)  # none left once the loop has ended, unless it raised
         finally:
             child.close()
     if any(cat == "crashed" for cat, _ in run_.failures):
         # Not the candidate's failure if the problem itself fails: checked here, once the child
         # is gone, on the shape it was at (every shape when it was at none), not on its word.
-        if run_.pdev == "cuda":
-            pump.take_gpu_shared()
-        try:
-            at = [pump.shape] if pump.shape is not None else range(len(shapes))
-            fault = next(filter(None, (run_.problem_fault(i) for i in at)), None)
-        finally:
-            pump.release_gpu()
+        at = [pump.shape] if pump.shape is not None else range(len(shapes))
+        fault = next(filter(None, (run_.problem_fault(i) for i in at)), None)
         if fault:
             raise problems.ProblemError(f"{fault}; the candidate was not judged")
     run_._oracles.clear()
@@ -486,8 +485,9 @@ _OUT_OF_MEMORY = ("out of memory", "can't allocate", "cannot allocate", "memorye
 @dataclass
 class _Pump:
     """Reads the child's messages until it is done, handing each to its handler (`HANDLERS`).
-    A handler returns True when the run is over. It also holds the GPU lock: exclusive while
-    the child times, shared while outputs are verified."""
+    A handler returns True when the run is over. It also holds the GPU lock for the child:
+    exclusive while the child times, shared while it verifies and prepares. The caller's own
+    checks of the outputs take holds of their own (`check_hold`)."""
 
     run: rules.Run
     child: sandbox.Child
@@ -517,6 +517,15 @@ class _Pump:
     slot_wait: float = 0.0  # seconds waited for it: the child's deadline moves on by as much
     deadline: float | None = None  # while `loop` runs: its start plus the timeout
     stopped: bool = False  # a wait for the GPU or a slot outlasted its bound (`_bounded`)
+    # The checks of the child's `verified` reports run in order on a thread of their own, so
+    # the child goes on with its next shape without waiting for them, and each takes the GPU
+    # (shared) for its own work alone (`check_hold`) rather than keeping the child's hold.
+    # They are settled before anything that reads their verdict: the go for the exclusive
+    # phase, the timed outputs' checks, the end of the run.
+    _checks: concurrent.futures.ThreadPoolExecutor | None = None
+    _pending: list[concurrent.futures.Future] = field(default_factory=list)
+    checks_failed: bool = False  # a check raised: the run is over (`_check`)
+    _count: threading.Lock = field(default_factory=threading.Lock)  # waited, held, holds
 
     @property
     def out_root(self) -> Path:
@@ -561,7 +570,7 @@ class _Pump:
                     self.run.timeline_cpu[phase] = cpu
             handler = HANDLERS.get(t)
             try:
-                done = bool(handler and handler(self, msg)) or self.stopped
+                done = bool(handler and handler(self, msg)) or self.stopped or self.checks_failed
             except Exception as e:
                 # A message of the wrong form (the child wrote it), or this process's own work
                 # on it failed (a reference it could not compute): a rejection either way, with
@@ -576,6 +585,8 @@ class _Pump:
         if self.timed:  # the child stopped mid-timing: what it did time is still checked
             self.child.kill()  # first, so that nothing it holds is waited for
             self.share_gpu_and_verify_timed()
+        self.release_gpu()  # before waiting for checks, which may wait for a timing phase
+        self.settle_checks(close=True)
 
     @property
     def until(self) -> float | None:
@@ -586,12 +597,63 @@ class _Pump:
         if self.lock is not None:
             self.lock.release()
             if self._held_since is not None:
-                held = time.monotonic() - self._held_since
+                self._count_hold(self.lock.shared, time.monotonic() - self._held_since)
                 self._held_since = None
-                self.held["shared_s" if self.lock.shared else "exclusive_s"] += held
-                if self.lock.shared:
-                    self.held["shared_max_s"] = max(self.held["shared_max_s"], held)
             self.lock = None
+
+    def _count_hold(self, shared: bool, held: float) -> None:
+        with self._count:
+            self.held["shared_s" if shared else "exclusive_s"] += held
+            if shared:
+                self.held["shared_max_s"] = max(self.held["shared_max_s"], held)
+
+    def _count_wait(self, shared: bool, waited: float) -> None:
+        with self._count:
+            self.waited["shared_s" if shared else "exclusive_s"] += waited
+            self.holds += 1
+
+    @contextlib.contextmanager
+    def check_hold(self) -> Iterator[None]:
+        """A shared hold of the GPU of its own for one check's GPU work (`Run.gpu_hold`), on the
+        checks' thread or, for the timed outputs, this one once it holds nothing: a hold taken
+        where the same thread already holds one could wait for a timing phase that waits for
+        it. Bounded like the child's holds while the child lives."""
+        asked = time.monotonic()
+        left = None if self.until is None else self.until - asked
+        why = f"no result within {self.timeout_s:.0f} s (a check was waiting for the GPU)"
+        with self._bounded(left, why):
+            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
+        got = time.monotonic()
+        self._count_wait(True, got - asked)
+        try:
+            yield
+        finally:
+            lock.release()
+            self._count_hold(True, time.monotonic() - got)
+
+    def _check(self, msg: dict) -> None:
+        try:
+            rules.on_verified(self.run, msg, self.out_root)
+        except Exception as e:
+            # As the loop does for a handler: a rejection with the error, and the run is over.
+            self.run.fail(
+                "crashed",
+                "the 'verified' message from the sandboxed process could not be handled: "
+                f"{type(e).__name__}: {e}"[:500],
+            )
+            self.checks_failed = True
+
+    def settle_checks(self, close: bool = False) -> None:
+        """Wait for the checks submitted so far (they never raise: `_check`); `close` ends their
+        thread too. Never called while this process holds the GPU for the child: a check may be
+        waiting for a timing phase that waits for that hold."""
+        assert self.lock is None, "checks settled while the child's hold is kept"
+        pending, self._pending = self._pending, []
+        for fut in pending:
+            fut.result()
+        if close and self._checks is not None:
+            self._checks.shutdown(wait=True)
+            self._checks = None
 
     def take_gpu_shared(self) -> None:
         if self.lock is None:
@@ -648,20 +710,19 @@ class _Pump:
         with self._bounded(left, why):
             self.lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared).acquire()
         self._held_since = time.monotonic()
-        self.waited["shared_s" if shared else "exclusive_s"] += self._held_since - asked
-        self.holds += 1
+        self._count_wait(shared, self._held_since - asked)
 
     def gpu_wait(self) -> dict:
-        waited = {**self.waited, "reference_s": self.run.reference_wait if self.run else 0.0}
+        with self._count:
+            waited = {**self.waited, "reference_s": self.run.reference_wait if self.run else 0.0}
         held = {f"held_{k}": round(v, 3) for k, v in self.held.items()}
         return {**{k: round(v, 3) for k, v in waited.items()}, "holds": self.holds, **held}
 
     def share_gpu_and_verify_timed(self) -> None:
         # The exclusive phase is over: the timed outputs are compared with their references
-        # while the GPU is shared (a reference is computed on it).
+        # while the GPU is shared (each check takes a shared hold of its own: `check_hold`).
         self.release_gpu()
-        if self.run.pdev == "cuda":
-            self.run.need_gpu = self.take_gpu_shared
+        self.settle_checks()
         for m in self.timed:
             rules.on_timed(self.run, m, self.out_root, self.dinfo, self.n_sources)
         if self.timed:
@@ -680,7 +741,9 @@ class _Pump:
         return False
 
     def verified(self, msg: dict) -> bool:
-        rules.on_verified(self.run, msg, self.out_root)
+        if self._checks is None:
+            self._checks = concurrent.futures.ThreadPoolExecutor(1, "autoweb-checks")
+        self._pending.append(self._checks.submit(self._check, msg))
         return False
 
     def want_gpu(self, msg: dict) -> bool:
@@ -694,9 +757,12 @@ class _Pump:
             if not self.stopped:
                 self.take_gpu_shared()
         else:
+            # The checks settle first (their verdict decides the go), with no hold kept: one
+            # may be waiting for another evaluation's timing phase.
+            self.release_gpu()
+            self.settle_checks()
             go = not self.run.failures
             if go and not self.stopped:
-                self.release_gpu()
                 self.take_gpu(shared=False)
         if self.stopped:
             return True
@@ -731,6 +797,8 @@ class _Pump:
         return False
 
     def done(self, msg: dict) -> bool:
+        self.release_gpu()  # the child is done with the GPU; its last shape's checks settle
+        self.settle_checks()
         rules.on_done(self.run, msg)
         return True
 

@@ -26,6 +26,9 @@ from kernels.harness.compare import compare
 from kernels.protocol import FAILURES
 
 UNSTABLE_SPREAD = 0.5
+# A float64 reference of at most this many elements is kept and compared on the host (8 MiB),
+# a larger one on the device it was computed on. The comparison's arithmetic is the same.
+HOST_COMPARE_MAX = 1 << 20
 # The order a failure is reported in when several apply: the most specific first.
 PRIORITY = (
     "timeout",
@@ -123,7 +126,10 @@ class Run:
         self.timed_ms: dict[int, dict] = {}  # the child's raw timing stats per shape
         self.cached: list[dict] | None = None  # baseline entries when screening
         self.retiming = False  # several candidates (or one) timed together, not evaluated
-        self.need_gpu: Callable[[], None] = lambda: None  # takes the GPU (shared) when needed
+        # A shared hold of the GPU around this process's own GPU work for one check (a
+        # reference and its comparison), taken and given up per check so that a timing phase
+        # waiting for the GPU never waits for a queue of checks (the caller sets it on CUDA).
+        self.gpu_hold: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
         # Seconds waited for one of this process's reference slots (`_REFERENCE_SLOTS`): with
         # many evaluations in flight in one process, their references queue there.
         self.reference_wait = 0.0
@@ -168,7 +174,12 @@ class Run:
                 seed = self.seeds[i][which]
             inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
             self._oracles = {k: v for k, v in self._oracles.items() if k[0] == i}
-            self._oracles[key] = self.problem.oracle(*inputs)
+            ref = self.problem.oracle(*inputs)
+            if ref.numel() <= HOST_COMPARE_MAX:
+                # Compared on the host: a few dozen launches and a synchronisation fewer on a
+                # GPU that other processes' contexts take turns on, and the GPU given up sooner.
+                ref = ref.cpu()
+            self._oracles[key] = ref
         return self._oracles[key]
 
     def problem_fault(self, i: int) -> str | None:
@@ -182,7 +193,7 @@ class Run:
         for k, seed in enumerate(seeds):
             step = "make_inputs"
             try:
-                with torch.no_grad(), self.reference_slot():
+                with torch.no_grad(), self.reference_slot(), self.gpu_hold():
                     inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
                     if k == 0:
                         step = "its reference"
@@ -201,8 +212,9 @@ class Run:
     def expected_shape(self, i: int, which: str) -> list[int]:
         """The reference's output shape on shape i (computing a reference the first time)."""
         if i not in self._out_shapes:
-            self.need_gpu()
-            with torch.no_grad(), self.reference_slot():
+            # A reference slot first, then the GPU: a check waiting for a slot never keeps a
+            # timing phase from the GPU.
+            with torch.no_grad(), self.reference_slot(), self.gpu_hold():
                 self._out_shapes[i] = list(self.oracle(i, which).shape)
         return self._out_shapes[i]
 
@@ -220,17 +232,22 @@ class Run:
             return False
         with contextlib.suppress(OSError):
             Path(meta["file"]).unlink()
-        self.need_gpu()
         out = _tensor(raw, shape, self.dtype)
-        with torch.no_grad(), self.reference_slot():
-            res = compare(out.to(self.pdev), self.oracle(i, which), self.tol)
+        res = None
+        with torch.no_grad():
+            with self.reference_slot(), self.gpu_hold():
+                ref = self.oracle(i, which)
+                if ref.device != out.device:
+                    res = compare(out.to(ref.device), ref, self.tol)
+                if self.pdev == "cuda":
+                    # Freed blocks stay in this process's cache unless returned: on a shared
+                    # GPU they starve the other candidates' processes (keeping them until the
+                    # next shape ran eight workers of an H200 out of memory).
+                    torch.cuda.empty_cache()
+            if res is None:  # a reference kept on the host (`HOST_COMPARE_MAX`), GPU let go
+                res = compare(out, ref, self.tol)
         self.results[i]["errors"][tag] = res
-        del out, raw
-        if self.pdev == "cuda":
-            # Freed blocks stay in this process's cache unless returned: on a shared GPU they
-            # starve the other candidates' processes (keeping them until the next shape ran
-            # eight workers of an H200 out of memory).
-            torch.cuda.empty_cache()
+        del out, raw, ref
         return res["passed"]
 
 

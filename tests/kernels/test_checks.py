@@ -1,0 +1,204 @@
+"""The caller's checks of the child's verified outputs: in order, on a thread of their own while
+the child goes on, each holding the GPU (shared) for its own work alone, after a reference slot,
+and settled before anything reads their verdict."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import problems
+from kernels.harness import childrun, evaluate, sandbox, verdict
+from kernels.harness.evaluation import _Pump, _seeds
+from kernels.protocol import EvaluationRequest
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = (ROOT / "kernels" / "seeds" / "softmax.py").read_text()
+WRONG = SEED.replace("y.to(y_ptr", "(y * 1.5).to(y_ptr", 1)  # every output half again too large
+
+
+@pytest.fixture
+def lock_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    key = f"test-checks-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr(sandbox, "gpu_key", lambda: key)
+    yield key
+    lock = sandbox.GpuLock(key)
+    for path in (lock.path, lock.turnstile, lock.writers):
+        path.unlink(missing_ok=True)
+
+
+def _run(n_shapes: int = 1) -> verdict.Run:
+    problem = problems.load("softmax")
+    shapes = problem.shapes("smoke")[:n_shapes]
+    return verdict.Run(problem, "cpu", shapes, _seeds(len(shapes)), torch.float32, None)
+
+
+def test_the_checks_run_in_order_on_a_thread_of_their_own(monkeypatch: pytest.MonkeyPatch):
+    seen: list[tuple[str, int]] = []
+    real = verdict.on_verified
+
+    def spy(run, msg, root) -> None:
+        seen.append((threading.current_thread().name, msg["i"]))
+        real(run, msg, root)
+
+    monkeypatch.setattr(verdict, "on_verified", spy)
+    report = evaluate("softmax", SEED, device="interpret", tier="smoke")
+
+    assert report["verdict"] == "accepted", report["reasons"]
+    assert [i for _, i in seen] == list(range(len(report["shapes"])))
+    assert all(name.startswith("autoweb-checks") for name, _ in seen)
+    assert threading.current_thread().name not in {name for name, _ in seen}
+
+
+def test_a_wrong_output_is_still_rejected_once_the_checks_settle():
+    assert WRONG != SEED
+    report = evaluate("softmax", WRONG, device="interpret", tier="smoke")
+    assert report["verdict"] == "rejected"
+    assert report["failure"] == "incorrect"
+    assert report["checks"]["correctness"]["passed"] is False
+
+
+def test_a_check_that_raises_ends_the_run_with_its_error(monkeypatch: pytest.MonkeyPatch):
+    def broken(run, msg, root) -> None:
+        raise RuntimeError("reference unavailable")
+
+    monkeypatch.setattr(verdict, "on_verified", broken)
+    report = evaluate("softmax", SEED, device="interpret", tier="smoke")
+
+    assert report["verdict"] == "rejected"
+    assert report["failure"] == "crashed"
+    assert any(
+        "the 'verified' message from the sandboxed process could not be handled: "
+        "RuntimeError: reference unavailable" in r
+        for r in report["reasons"]
+    ), report["reasons"]
+
+
+def test_a_check_takes_its_reference_slot_before_the_gpu_and_compares_on_the_host_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # A check waiting for a reference slot while it held the GPU would keep a timing phase
+    # waiting; a small reference compared under the hold would keep it longer than its GPU
+    # work. The order of what a check enters and leaves says which.
+    run = _run()
+    events: list[str] = []
+    slot = run.reference_slot
+
+    @contextlib.contextmanager
+    def reference_slot() -> Iterator[None]:
+        with slot():
+            events.append("slot")
+            yield
+            events.append("/slot")
+
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:
+        events.append("gpu")
+        yield
+        events.append("/gpu")
+
+    real_compare = verdict.compare
+
+    def compare(out, ref, tol):
+        events.append("compare")
+        return real_compare(out, ref, tol)
+
+    monkeypatch.setattr(run, "reference_slot", reference_slot)
+    monkeypatch.setattr(verdict, "compare", compare)
+    run.gpu_hold = hold
+    inputs = run.problem.make_inputs(run.shapes[0], run.dtype, "cpu", run.seeds[0]["first"])
+    meta = childrun.write_tensor(run.problem.reference(*inputs), tmp_path, "first")
+
+    assert run.verify(0, "first", "first", meta, tmp_path)
+    # The reference's shape first (one reference computed), then the check itself.
+    assert events == ["slot", "gpu", "/gpu", "/slot"] * 2 + ["compare"]
+    assert run.oracle(0, "first").device.type == "cpu"
+
+
+def test_a_check_holds_the_gpu_shared_on_its_own_and_waits_for_a_timing_phase(lock_key: str):
+    pump = _Pump(_run(), None, EvaluationRequest("softmax", (SEED,)), {}, 1)
+    timing = sandbox.GpuLock(lock_key).acquire()
+    entered = threading.Event()
+    leave = threading.Event()
+
+    def check() -> None:
+        with pump.check_hold():
+            entered.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=check)
+    t.start()
+    assert not entered.wait(0.3), "a check ran while the GPU was held for timing"
+    timing.release()
+    assert entered.wait(10)
+    # While the check holds the GPU, a timing phase waits for it.
+    second = sandbox.GpuLock(lock_key)
+    got = threading.Event()
+    threading.Thread(target=lambda: (second.acquire(), got.set()), daemon=True).start()
+    assert not got.wait(0.3), "a timing phase began while a check held the GPU"
+    leave.set()
+    t.join(10)
+    assert got.wait(10)
+    second.release()
+    waited = pump.gpu_wait()
+    assert waited["holds"] == 1
+    assert waited["shared_s"] >= 0.25
+    assert waited["held_shared_s"] >= 0.25
+
+
+def test_the_child_hold_is_given_up_before_the_checks_settle(lock_key: str):
+    # The child's hold, a timing phase asking after it, and a check asking after that: the
+    # check waits for the timing phase, which waits for the child's hold. Settling the checks
+    # while keeping that hold would wait for ever; the pump gives it up first.
+    pump = _Pump(_run(), None, EvaluationRequest("softmax", (SEED,)), {}, 1)
+    pump.lock = sandbox.GpuLock(lock_key, shared=True).acquire()
+    timing = sandbox.GpuLock(lock_key)
+    timed = threading.Event()
+
+    def time_alone() -> None:
+        timing.acquire()
+        timed.set()
+        timing.release()
+
+    threading.Thread(target=time_alone, daemon=True).start()
+    _wait_for(lambda: _announced(lock_key), 10)
+    checked = threading.Event()
+
+    def a_check(msg) -> None:
+        with pump.check_hold():
+            checked.set()
+
+    pump._checks = concurrent.futures.ThreadPoolExecutor(1, "autoweb-checks")
+    pump._pending.append(pump._checks.submit(a_check, {}))
+    with pytest.raises(AssertionError, match="child's hold is kept"):
+        pump.settle_checks()
+    pump.release_gpu()
+    pump.settle_checks(close=True)
+    assert timed.wait(10) and checked.is_set()
+
+
+def _announced(key: str) -> bool:
+    """Whether a timing phase has announced itself on the lock (`GpuLock`'s writers file)."""
+    with open(sandbox.GpuLock(key).writers, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def _wait_for(cond, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
