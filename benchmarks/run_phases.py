@@ -8,7 +8,10 @@ itself, or for a core. Then the run's shares of its wall clock: the GPU held alo
 (the reports' `gpu_wait.held_exclusive_s`, summed: those holds never overlap) and, where the run
 recorded when each evaluation started (`started_at`), how many evaluations were on the GPU at
 once on average (from the first ask for the GPU to `gpu_done`) over the steady window (between
-the first and the last `jobs` finishing, as `steady_per_minute`).
+the first and the last `jobs` finishing, as `steady_per_minute`), and, over the same window, the
+share in which the GPU was held for timing (from `benchmarking` to `gpu_done`) and the share in
+which it was not yet but a timing phase had asked for it (its `gpu_wait.exclusive_s` before
+`benchmarking`): the GPU then drains, shared holds in progress finishing and new ones waiting.
 
     python3 benchmarks/run_phases.py docs/benchmarks/search/search-2026-12-05-h100-j8b.json
 """
@@ -70,6 +73,43 @@ def on_gpu(run: dict) -> float | None:
     return round(total / (hi - lo), 2) if hi > lo else None
 
 
+def _union(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def lock_shares(run: dict) -> dict | None:
+    """Over the steady window (as `on_gpu`): the share of the wall clock in which an evaluation
+    held the GPU to time, and the share in which none did yet but one waited to (draining).
+    None when the run did not record when each evaluation started or was too short."""
+    started, jobs, done = run.get("started_at"), run.get("jobs") or 0, run.get("done_at")
+    if not started or not done or len(done) <= 2 * jobs + 1:
+        return None
+    done = sorted(done)
+    lo, hi = done[jobs - 1], done[-jobs - 1]
+    if hi <= lo:
+        return None
+    waits = run.get("gpu_wait") or [None] * len(started)
+    timing, asked = [], []
+    for t0, tl, w in zip(started, run["timelines"], waits, strict=True):
+        if not tl or "benchmarking" not in tl or "gpu_done" not in tl:
+            continue
+        b = t0 + tl["benchmarking"]
+        timing.append((b, t0 + tl["gpu_done"]))
+        asked.append((b - ((w or {}).get("exclusive_s") or 0.0), b))
+
+    def share(spans: list[tuple[float, float]]) -> float:
+        clipped = [(max(a, lo), min(b, hi)) for a, b in spans if b > lo and a < hi]
+        return _union(clipped) / (hi - lo)
+
+    held = share(timing)
+    return {"timing": round(held, 3), "draining": round(share(timing + asked) - held, 3)}
+
+
 def summary(run: dict) -> dict:
     return {
         "evaluations": run.get("evaluations"),
@@ -80,6 +120,7 @@ def summary(run: dict) -> dict:
         "steady_per_minute": run.get("steady_per_minute"),
         "exclusive_share": exclusive_share(run),
         "on_gpu": on_gpu(run),
+        "lock": lock_shares(run),
         "steps": steps(run),
     }
 
@@ -109,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             f"timing alone {s['exclusive_share']} of the wall clock; "
             f"on the GPU at once {s['on_gpu']}"
         )
+        if s["lock"]:
+            print(
+                f"  steady window: the GPU held for timing {s['lock']['timing']:.0%} of it, "
+                f"draining for a timing phase {s['lock']['draining']:.0%}"
+            )
         for row in s["steps"]:
             cpu = "" if row["cpu_seconds"] is None else f"  cpu {row['cpu_seconds']:7.3f} s"
             print(f"  {row['step']:<32} n={row['n']:<4} {row['seconds']:7.3f} s{cpu}")

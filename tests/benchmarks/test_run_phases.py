@@ -76,6 +76,24 @@ def test_evaluations_on_the_gpu_at_once_are_averaged_over_the_steady_window() ->
     assert run_phases.on_gpu(early) is None  # the first runs recorded neither
 
 
+def test_the_lock_shares_are_timing_and_the_drain_before_it_over_the_steady_window() -> None:
+    # Window 6.5-12.5 (6 s). The third evaluation times from 11.0 to 11.5 after asking at 9.0;
+    # the second's timing (5.0-6.5) and wait lie before the window.
+    run = {
+        **_run(),
+        "gpu_wait": [{"exclusive_s": 1.0}, {"exclusive_s": 0.2}, {"exclusive_s": 2.0}, None],
+    }
+    assert run_phases.lock_shares(run) == {
+        "timing": pytest.approx(0.5 / 6, abs=1e-3),
+        "draining": pytest.approx(2.0 / 6, abs=1e-3),
+    }
+    # Waits that overlap another's timing count once: a phase asked for during another's
+    # timing drains only from the end of that timing.
+    run["gpu_wait"][2] = {"exclusive_s": 6.0}  # asked at 5.0, before the window: 6.5-11.0 left
+    assert run_phases.lock_shares(run)["draining"] == pytest.approx(4.5 / 6, abs=1e-3)
+    assert run_phases.lock_shares({**_run(), "started_at": None}) is None
+
+
 def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-05-g.json")
 
@@ -83,6 +101,11 @@ def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     assert "96 evaluations, jobs 12" in res.stdout
     assert "50.3 per minute, steady state 52.1" in res.stdout
     assert "preparing -> benchmarking" in res.stdout
+    assert "steady window" not in res.stdout  # run g did not record when each started
+
+    res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-05-h100-k8b.json")
+    assert res.returncode == 0, res.stderr
+    assert "the GPU held for timing 30% of it, draining for a timing phase 30%" in res.stdout
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"before": {}}))
