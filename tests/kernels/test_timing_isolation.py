@@ -37,12 +37,15 @@ def test_timed_outputs_are_verified_after_the_exclusive_timing_phase() -> None:
 
 @pytest.fixture
 def holds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every hold of the GPU lock this process takes, in order: "shared" or "exclusive"."""
+    """Every hold of the GPU lock this process takes, in order: "shared" or "exclusive", and
+    "check" for the shared holds of the caller's checks of verified outputs (on their own
+    thread, `_Pump.check_hold`)."""
     taken: list[str] = []
     acquire = sandbox.GpuLock.acquire
 
     def counted(self: sandbox.GpuLock) -> sandbox.GpuLock:
-        taken.append("shared" if self.shared else "exclusive")
+        checks = threading.current_thread().name.startswith("autoweb-checks")
+        taken.append("check" if checks else "shared" if self.shared else "exclusive")
         return acquire(self)
 
     monkeypatch.setattr(sandbox.GpuLock, "acquire", counted)
@@ -67,7 +70,11 @@ def test_a_screened_candidate_shares_the_gpu_one_shape_at_a_time(
     assert n > 1
     # (After the exclusive hold come only the checks of the timed outputs, and a re-measure
     # of the baselines should the canary have drifted.)
-    assert holds.index("exclusive") == 2 * n, holds
+    before = holds[: holds.index("exclusive")]
+    assert before.count("shared") == 2 * n, holds
+    # The caller's checks hold the GPU on their own, one hold per reference: each shape's
+    # three outputs (first call, new values, graph replay) and its reference's shape first.
+    assert before.count("check") == 4 * n, holds
     # The report counts the holds its caller took (a re-measure of the baselines takes its own)
     # and the time it waited for them.
     wait = report["gpu_wait"]
