@@ -206,8 +206,9 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
         "median_gpu_wait": {
             k: _median([(r.get("gpu_wait") or {}).get(k) for r in reports])
             for k in (
-                *("shared_s", "exclusive_s", "holds", "slot_s", "reference_s"),
+                *("shared_s", "exclusive_s", "check_s", "holds", "slot_s", "reference_s"),
                 *("held_shared_s", "held_exclusive_s", "held_shared_max_s"),
+                *("held_check_s", "held_check_max_s"),
             )
         },
         "host_cpu": load.summary(),

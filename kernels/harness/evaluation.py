@@ -502,13 +502,22 @@ class _Pump:
     t_start: float = field(default_factory=time.monotonic)
     # Seconds spent waiting for the GPU lock, per kind of hold, and how many holds were taken:
     # what an evaluation in flight beside others loses to them (the report's `gpu_wait`).
-    waited: dict[str, float] = field(default_factory=lambda: {"shared_s": 0.0, "exclusive_s": 0.0})
+    # Kinds: the child's `shared` and `exclusive` holds, and the caller's checks' (`check`).
+    waited: dict[str, float] = field(
+        default_factory=lambda: {"shared_s": 0.0, "exclusive_s": 0.0, "check_s": 0.0}
+    )
     holds: int = 0
-    # Seconds the GPU lock was held, per kind, and the longest shared hold: an exclusive phase
-    # that asks waits for the shared holds in progress to end, and every shared ask waits
-    # behind it meanwhile.
+    # Seconds the GPU lock was held, per kind, and the longest shared and check holds: an
+    # exclusive phase that asks waits for the holds in progress to end, and every shared ask
+    # waits behind it meanwhile.
     held: dict[str, float] = field(
-        default_factory=lambda: {"shared_s": 0.0, "exclusive_s": 0.0, "shared_max_s": 0.0}
+        default_factory=lambda: {
+            "shared_s": 0.0,
+            "exclusive_s": 0.0,
+            "check_s": 0.0,
+            "shared_max_s": 0.0,
+            "check_max_s": 0.0,
+        }
     )
     _held_since: float | None = None
     shape: int | None = None  # the shape the child last said it works on
@@ -597,19 +606,20 @@ class _Pump:
         if self.lock is not None:
             self.lock.release()
             if self._held_since is not None:
-                self._count_hold(self.lock.shared, time.monotonic() - self._held_since)
+                kind = "shared" if self.lock.shared else "exclusive"
+                self._count_hold(kind, time.monotonic() - self._held_since)
                 self._held_since = None
             self.lock = None
 
-    def _count_hold(self, shared: bool, held: float) -> None:
+    def _count_hold(self, kind: str, held: float) -> None:
         with self._count:
-            self.held["shared_s" if shared else "exclusive_s"] += held
-            if shared:
-                self.held["shared_max_s"] = max(self.held["shared_max_s"], held)
+            self.held[f"{kind}_s"] += held
+            if kind != "exclusive":
+                self.held[f"{kind}_max_s"] = max(self.held[f"{kind}_max_s"], held)
 
-    def _count_wait(self, shared: bool, waited: float) -> None:
+    def _count_wait(self, kind: str, waited: float) -> None:
         with self._count:
-            self.waited["shared_s" if shared else "exclusive_s"] += waited
+            self.waited[f"{kind}_s"] += waited
             self.holds += 1
 
     @contextlib.contextmanager
@@ -624,12 +634,12 @@ class _Pump:
         with self._bounded(left, why):
             lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
         got = time.monotonic()
-        self._count_wait(True, got - asked)
+        self._count_wait("check", got - asked)
         try:
             yield
         finally:
             lock.release()
-            self._count_hold(True, time.monotonic() - got)
+            self._count_hold("check", time.monotonic() - got)
 
     def _check(self, msg: dict) -> None:
         try:
@@ -710,12 +720,12 @@ class _Pump:
         with self._bounded(left, why):
             self.lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared).acquire()
         self._held_since = time.monotonic()
-        self._count_wait(shared, self._held_since - asked)
+        self._count_wait("shared" if shared else "exclusive", self._held_since - asked)
 
     def gpu_wait(self) -> dict:
         with self._count:
             waited = {**self.waited, "reference_s": self.run.reference_wait if self.run else 0.0}
-        held = {f"held_{k}": round(v, 3) for k, v in self.held.items()}
+            held = {f"held_{k}": round(v, 3) for k, v in self.held.items()}
         return {**{k: round(v, 3) for k, v in waited.items()}, "holds": self.holds, **held}
 
     def share_gpu_and_verify_timed(self) -> None:
