@@ -204,3 +204,19 @@ def _wait_for(cond, seconds: float) -> None:
     while not cond():
         assert time.monotonic() < end, "timed out"
         time.sleep(0.01)
+
+
+def test_evaluations_in_flight_together_each_get_their_own_verdict():
+    # Several evaluations in one process (as `kernels tune --jobs` keeps them), each with its
+    # thread of checks, sharing the process's reference slots: every verdict is its own.
+    sources = [SEED, WRONG, SEED]
+    with concurrent.futures.ThreadPoolExecutor(len(sources)) as pool:
+        reports = list(
+            pool.map(lambda s: evaluate("softmax", s, device="interpret", tier="smoke"), sources)
+        )
+
+    assert [r["verdict"] for r in reports] == ["accepted", "rejected", "accepted"], [
+        r["reasons"] for r in reports
+    ]
+    assert reports[1]["failure"] == "incorrect"
+    assert not any(t.name.startswith("autoweb-checks") for t in threading.enumerate())
