@@ -807,8 +807,12 @@ class _Pump:
         return False
 
     def done(self, msg: dict) -> bool:
-        self.release_gpu()  # the child is done with the GPU; its last shape's checks settle
-        self.settle_checks()
+        if self.lock is None or self.lock.shared:
+            # The child is done with the GPU; its last shape's checks settle before its report.
+            # (Still holding the GPU alone, it stopped mid-timing: the loop's end kills it
+            # before anything is let go or checked.)
+            self.release_gpu()
+            self.settle_checks()
         rules.on_done(self.run, msg)
         return True
 
