@@ -581,14 +581,7 @@ class _Pump:
             try:
                 done = bool(handler and handler(self, msg)) or self.stopped or self.checks_failed
             except Exception as e:
-                # A message of the wrong form (the child wrote it), or this process's own work
-                # on it failed (a reference it could not compute): a rejection either way, with
-                # the error, never an evaluation that ends in a traceback.
-                self.run.fail(
-                    "crashed",
-                    f"the {t!r} message from the sandboxed process could not be handled: "
-                    f"{type(e).__name__}: {e}"[:500],
-                )
+                self._unhandled(t, e)
                 done = True
         self.deadline = None  # the child's deadline is over
         if self.timed:  # the child stopped mid-timing: what it did time is still checked
@@ -628,30 +621,30 @@ class _Pump:
         checks' thread or, for the timed outputs, this one once it holds nothing: a hold taken
         where the same thread already holds one could wait for a timing phase that waits for
         it. Bounded like the child's holds while the child lives."""
-        asked = time.monotonic()
-        left = None if self.until is None else self.until - asked
-        why = f"no result within {self.timeout_s:.0f} s (a check was waiting for the GPU)"
-        with self._bounded(left, why):
-            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=True).acquire()
+        lock = self._acquire(True, "check", "a check was waiting for the GPU")
         got = time.monotonic()
-        self._count_wait("check", got - asked)
         try:
             yield
         finally:
             lock.release()
             self._count_hold("check", time.monotonic() - got)
 
+    def _unhandled(self, t: str, e: Exception) -> None:
+        # A message of the wrong form (the child wrote it), or this process's own work on it
+        # failed (a reference it could not compute): a rejection either way, with the error,
+        # never an evaluation that ends in a traceback.
+        self.run.fail(
+            "crashed",
+            f"the {t!r} message from the sandboxed process could not be handled: "
+            f"{type(e).__name__}: {e}"[:500],
+        )
+
     def _check(self, msg: dict) -> None:
         try:
             rules.on_verified(self.run, msg, self.out_root)
         except Exception as e:
-            # As the loop does for a handler: a rejection with the error, and the run is over.
-            self.run.fail(
-                "crashed",
-                "the 'verified' message from the sandboxed process could not be handled: "
-                f"{type(e).__name__}: {e}"[:500],
-            )
-            self.checks_failed = True
+            self._unhandled("verified", e)
+            self.checks_failed = True  # the loop ends the run at the next message
 
     def settle_checks(self, close: bool = False) -> None:
         """Wait for the checks submitted so far (they never raise: `_check`); `close` ends their
@@ -714,13 +707,19 @@ class _Pump:
             self.slots.release()
 
     def take_gpu(self, shared: bool) -> None:
+        kind = "shared" if shared else "exclusive"
+        self.lock = self._acquire(shared, kind, "it was waiting for the GPU")
+        self._held_since = time.monotonic()
+
+    def _acquire(self, shared: bool, kind: str, waiting: str) -> sandbox.GpuLock:
+        """The GPU lock, the wait bounded by the child's deadline (`_bounded`) and counted."""
         asked = time.monotonic()
         left = None if self.until is None else self.until - asked
-        why = f"no result within {self.timeout_s:.0f} s (it was waiting for the GPU)"
+        why = f"no result within {self.timeout_s:.0f} s ({waiting})"
         with self._bounded(left, why):
-            self.lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared).acquire()
-        self._held_since = time.monotonic()
-        self._count_wait("shared" if shared else "exclusive", self._held_since - asked)
+            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared).acquire()
+        self._count_wait(kind, time.monotonic() - asked)
+        return lock
 
     def gpu_wait(self) -> dict:
         with self._count:
