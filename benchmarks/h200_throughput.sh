@@ -3,7 +3,8 @@
 # benchmarks/user_problems: screening evaluations per GPU-minute (search_proof.py: the baselines
 # measured once, then THROUGHPUT distinct configurations of the seed, JOBS on the GPU and AHEAD
 # more loading and compiling meanwhile, a compile past LINGER seconds giving its place to the
-# next; run_phases.py's table of where its evaluations spent their time in phases.txt), then
+# next; run_phases.py's table of where its evaluations spent their time, and what the timing
+# phases waited for from the GPU lock's trace locks.txt, in phases.txt), then
 # the whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two
 # tuner searches from the seed for a WINDOW-second window). `nvidia-smi dmon` samples the GPU
 # each second during each. First, what a sandboxed child's start costs (boot.json). Writes
@@ -38,6 +39,8 @@ sample_gpu() {
 
 if [[ " ${PARTS:-search stack} " == *" search "* ]]; then
   sample_gpu search
+  rm -f "$OUT/locks.txt"
+  AUTOWEB_GPU_LOCK_TRACE="$OUT/locks.txt" \
   timeout "${SEARCH_TIMEOUT:-200}" python3 benchmarks/search_proof.py --out "$OUT/search.json" \
     --problems-dir benchmarks/user_problems --problem token_logprobs --jobs "${JOBS:-12}" \
     --ahead "${AHEAD:-4}" --linger "${LINGER:-20}" --before 0 --throughput "${THROUGHPUT:-96}" --trials 0 \
@@ -46,7 +49,9 @@ if [[ " ${PARTS:-search stack} " == *" search "* ]]; then
   kill "$DMON" 2>/dev/null
   tail -6 "$OUT/search.log"
   # Each step's median seconds and CPU seconds, and the share of the run spent timing alone.
-  python3 benchmarks/run_phases.py "$OUT/search.json" | tee "$OUT/phases.txt"
+  # With the GPU lock's trace (locks.txt): how long each kind of hold lasted, and what each
+  # timing phase waited for.
+  python3 benchmarks/run_phases.py "$OUT/search.json" --locks "$OUT/locks.txt" | tee "$OUT/phases.txt"
 fi
 
 if [[ " ${PARTS:-search stack} " == *" stack "* ]]; then

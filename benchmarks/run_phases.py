@@ -14,6 +14,11 @@ which it was not yet but a timing phase had asked for it (its `gpu_wait.exclusiv
 `benchmarking`): the GPU then drains, shared holds in progress finishing and new ones waiting.
 
     python3 benchmarks/run_phases.py docs/benchmarks/search/search-2026-12-05-h100-j8b.json
+
+With `--locks FILE`, the GPU lock's own trace of the same run (`AUTOWEB_GPU_LOCK_TRACE`,
+kernels/harness/sandbox.py): how long the holds of each kind lasted, and for each timing phase
+that had to wait, what it waited for: the hold in progress when it asked that was the last to
+end, a child's (`shared`), a caller's check (`check`) or another timing phase (`exclusive`).
 """
 
 from __future__ import annotations
@@ -110,6 +115,75 @@ def lock_shares(run: dict) -> dict | None:
     return {"timing": round(held, 3), "draining": round(share(timing + asked) - held, 3)}
 
 
+def read_locks(text: str) -> list[dict]:
+    """The trace's holds: label, shared, asked, got, released. Lines that do not parse (a write
+    cut off when the run was stopped) are skipped."""
+    holds = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 5 or parts[1] not in ("shared", "exclusive"):
+            continue
+        try:
+            asked, got, released = (float(x) for x in parts[2:])
+        except ValueError:
+            continue
+        holds.append(
+            {
+                "label": parts[0],
+                "shared": parts[1] == "shared",
+                "asked": asked,
+                "got": got,
+                "released": released,
+            }
+        )
+    return holds
+
+
+def _quantiles(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    if not xs:
+        return {"n": 0}
+
+    def q(f: float) -> float:
+        return round(xs[min(len(xs) - 1, int(f * len(xs)))], 4)
+
+    return {
+        "n": len(xs),
+        "median": q(0.5),
+        "p90": q(0.9),
+        "max": round(xs[-1], 4),
+        "sum": round(sum(xs), 3),
+    }
+
+
+def lock_waits(holds: list[dict]) -> dict:
+    """Per label, how long its holds lasted; and the timing phases' waits, each put down to the
+    hold in progress when the phase asked that ended last before the phase got the GPU."""
+    by_label: dict[str, list[float]] = {}
+    for h in holds:
+        by_label.setdefault(h["label"], []).append(h["released"] - h["got"])
+    waits: dict[str, list[float]] = {}
+    in_progress = []
+    for x in (h for h in holds if not h["shared"]):
+        before = [
+            h
+            for h in holds
+            if h is not x and h["got"] <= x["asked"] < h["released"] <= x["got"] + 1e-6
+        ]
+        in_progress.append(sum(1 for h in before if h["shared"]))
+        if not before or x["got"] - x["asked"] <= 0:
+            continue
+        last = max(before, key=lambda h: h["released"])
+        waits.setdefault(last["label"], []).append(x["got"] - x["asked"])
+    return {
+        "held": {k: _quantiles(v) for k, v in sorted(by_label.items())},
+        "timing_waited_for": {k: _quantiles(v) for k, v in sorted(waits.items())},
+        "shared_in_progress_when_timing_asked": (
+            round(sum(in_progress) / len(in_progress), 2) if in_progress else None
+        ),
+    }
+
+
 def summary(run: dict) -> dict:
     return {
         "evaluations": run.get("evaluations"),
@@ -129,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="search_proof.py JSON files")
     ap.add_argument("--json", action="store_true", help="print the summaries as JSON")
+    ap.add_argument(
+        "--locks", type=Path, help="the GPU lock's trace of the run (AUTOWEB_GPU_LOCK_TRACE)"
+    )
     args = ap.parse_args(argv)
     out = {}
     for path in args.runs:
@@ -138,8 +215,15 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"{path}: not a search_proof.py run ({type(e).__name__}: {e})", file=sys.stderr)
             return 2
+    locks = None
+    if args.locks is not None:
+        try:
+            locks = lock_waits(read_locks(args.locks.read_text()))
+        except OSError as e:
+            print(f"{args.locks}: cannot read the lock trace ({e})", file=sys.stderr)
+            return 2
     if args.json:
-        print(json.dumps(out, indent=1))
+        print(json.dumps({**out, "locks": locks} if locks else out, indent=1))
         return 0
     for path, s in out.items():
         stopped = f" (stopped by {s['stopped']}: what finished)" if s["stopped"] else ""
@@ -158,7 +242,26 @@ def main(argv: list[str] | None = None) -> int:
         for row in s["steps"]:
             cpu = "" if row["cpu_seconds"] is None else f"  cpu {row['cpu_seconds']:7.3f} s"
             print(f"  {row['step']:<32} n={row['n']:<4} {row['seconds']:7.3f} s{cpu}")
+    if locks:
+        print(f"{args.locks}: the GPU lock's holds")
+        for label, q in locks["held"].items():
+            print(f"  held {label:<10} {_describe(q)}")
+        for label, q in locks["timing_waited_for"].items():
+            print(f"  a timing phase waited for a {label} hold: {_describe(q)}")
+        print(
+            "  shared holds in progress when a timing phase asked: "
+            f"{locks['shared_in_progress_when_timing_asked']}"
+        )
     return 0
+
+
+def _describe(q: dict) -> str:
+    if not q["n"]:
+        return "none"
+    return (
+        f"n={q['n']}, median {q['median']:.3f} s, p90 {q['p90']:.3f} s, "
+        f"max {q['max']:.3f} s, {q['sum']:.1f} s in all"
+    )
 
 
 if __name__ == "__main__":

@@ -717,7 +717,7 @@ class _Pump:
         left = None if self.until is None else self.until - asked
         why = f"no result within {self.timeout_s:.0f} s ({waiting})"
         with self._bounded(left, why):
-            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared).acquire()
+            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared, label=kind).acquire()
         self._count_wait(kind, time.monotonic() - asked)
         return lock
 

@@ -525,18 +525,26 @@ class GpuLock:
     drain from the GPU once for a run of timing phases rather than once before each of them;
     a reader waits for the timing phases queued when it asked, never for ever, since every
     writer lets go once it has timed.
+
+    With `AUTOWEB_GPU_LOCK_TRACE` set to a file, each hold appends a line to it when let go:
+    `label shared|exclusive asked got released` (CLOCK_MONOTONIC seconds, one clock for every
+    process of the host), from which `benchmarks/run_phases.py --locks` tells what each timing
+    phase waited for.
     """
 
-    def __init__(self, key: str, shared: bool = False) -> None:
+    def __init__(self, key: str, shared: bool = False, label: str = "") -> None:
         safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in key)
         self.path = Path(tempfile.gettempdir()) / f"autoweb-gpu-{safe}.lock"
         self.turnstile = self.path.with_suffix(".turnstile")
         self.writers = self.path.with_suffix(".writers")
         self.shared = shared
+        self.label = "".join(ch for ch in label if ch.isalnum() or ch in "-_") or "-"
         self._fh = None
         self._announced = None
+        self._asked = self._got = 0.0
 
     def acquire(self) -> GpuLock:
+        self._asked = time.monotonic()
         if self.shared:
             with open(self.writers, "a") as announced:
                 fcntl.flock(announced, fcntl.LOCK_EX)  # granted once no writer is announced
@@ -547,6 +555,7 @@ class GpuLock:
             fcntl.flock(gate, fcntl.LOCK_EX)
             self._fh = open(self.path, "a")  # noqa: SIM115 - held for the lock's lifetime
             fcntl.flock(self._fh, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
+        self._got = time.monotonic()
         return self
 
     def release(self) -> None:
@@ -554,10 +563,28 @@ class GpuLock:
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
+            self._trace(time.monotonic())
         if self._announced is not None:
             fcntl.flock(self._announced, fcntl.LOCK_UN)
             self._announced.close()
             self._announced = None
+
+    def _trace(self, released: float) -> None:
+        path = os.environ.get("AUTOWEB_GPU_LOCK_TRACE")
+        if not path:
+            return
+        kind = "shared" if self.shared else "exclusive"
+        line = f"{self.label} {kind} {self._asked:.6f} {self._got:.6f} {released:.6f}\n"
+        try:
+            # One write of one short line to a file opened for appending: lines of several
+            # threads and processes do not interleave.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # a trace that cannot be written costs the evaluation nothing
 
     def __enter__(self) -> GpuLock:
         return self.acquire()

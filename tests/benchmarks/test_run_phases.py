@@ -94,6 +94,33 @@ def test_the_lock_shares_are_timing_and_the_drain_before_it_over_the_steady_wind
     assert run_phases.lock_shares({**_run(), "started_at": None}) is None
 
 
+def _trace() -> str:
+    # A child's shape 0.0-2.0 and a check 1.0-3.0 are in progress when a timing phase asks at
+    # 1.5; it gets the GPU at 3.0, when the check (the last of them) ends. A second timing phase
+    # asks at 3.5 during the first and gets it at 4.0; a third asks at 6.0 with nothing held.
+    return (
+        "shared shared 0.0 0.0 2.0\n"
+        "check shared 0.9 1.0 3.0\n"
+        "exclusive exclusive 1.5 3.0 4.0\n"
+        "exclusive exclusive 3.5 4.0 4.5\n"
+        "shared shared 4.5 4.5 4.75\n"
+        "exclusive exclusive 6.0 6.0 6.5\n"
+        "cut off\n"
+    )
+
+
+def test_the_lock_trace_says_what_each_timing_phase_waited_for() -> None:
+    locks = run_phases.lock_waits(run_phases.read_locks(_trace()))
+
+    assert locks["held"]["shared"] == {"n": 2, "median": 2.0, "p90": 2.0, "max": 2.0, "sum": 2.25}
+    assert locks["held"]["exclusive"]["sum"] == 2.0
+    assert locks["timing_waited_for"] == {
+        "check": {"n": 1, "median": 1.5, "p90": 1.5, "max": 1.5, "sum": 1.5},
+        "exclusive": {"n": 1, "median": 0.5, "p90": 0.5, "max": 0.5, "sum": 0.5},
+    }
+    assert locks["shared_in_progress_when_timing_asked"] == pytest.approx(2 / 3, abs=0.01)
+
+
 def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-05-g.json")
 
@@ -106,6 +133,26 @@ def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-05-h100-k8b.json")
     assert res.returncode == 0, res.stderr
     assert "the GPU held for timing 30% of it, draining for a timing phase 30%" in res.stdout
+
+    trace = tmp_path / "locks.txt"
+    trace.write_text(_trace())
+    res = run_script(
+        "run_phases.py",
+        "docs/benchmarks/search/search-2026-12-05-h100-k8b.json",
+        "--locks",
+        str(trace),
+    )
+    assert res.returncode == 0, res.stderr
+    assert "a timing phase waited for a check hold: n=1, median 1.500 s" in res.stdout
+    assert "shared holds in progress when a timing phase asked: 0.67" in res.stdout
+    res = run_script(
+        "run_phases.py",
+        "docs/benchmarks/search/search-2026-12-05-g.json",
+        "--locks",
+        str(tmp_path / "missing.txt"),
+    )
+    assert res.returncode == 2
+    assert "cannot read the lock trace" in res.stderr
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"before": {}}))

@@ -405,6 +405,29 @@ def test_the_lock_works_as_a_context_manager(lock_key: str) -> None:
     other.release()
 
 
+def test_the_lock_traces_each_hold_when_asked_to(
+    lock_key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = tmp_path / "locks.txt"
+    with GpuLock(lock_key, shared=True, label="check"):
+        pass
+    assert not trace.exists()  # off unless AUTOWEB_GPU_LOCK_TRACE names a file
+
+    monkeypatch.setenv("AUTOWEB_GPU_LOCK_TRACE", str(trace))
+    reader = GpuLock(lock_key, shared=True, label="shared").acquire()
+    writer = GpuLock(lock_key, label="exclusive")
+    got = _acquire_in_thread(writer)
+    assert not got.wait(0.2)
+    reader.release()
+    assert got.wait(5)
+    writer.release()
+    lines = [line.split() for line in trace.read_text().splitlines()]
+    assert [(x[0], x[1]) for x in lines] == [("shared", "shared"), ("exclusive", "exclusive")]
+    # asked, got, released: the writer asked while the reader held, and got it once let go.
+    r, w = ([float(v) for v in x[2:]] for x in lines)
+    assert r[0] <= r[1] <= w[0] < r[2] <= w[1] <= w[2]
+
+
 def test_gpu_slots_are_a_counting_semaphore_across_threads_and_processes(tmp_path: Path) -> None:
     key = f"test-{tmp_path.name}"
     slots = sandbox.GpuSlots(key, 2, poll_s=0.005)
