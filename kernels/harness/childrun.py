@@ -403,10 +403,24 @@ class Candidate:
 # ---- phases -----------------------------------------------------------------------------
 
 
-def verify_shape(i, shape, spec, problem, cand: Candidate, snap) -> tuple[bool, dict]:
+def verify_shape(
+    i, shape, spec, problem, cand: Candidate, snap, between: Callable[[], bool] | None = None
+) -> tuple[bool, dict]:
     """Run the candidate on shape i three ways (fresh inputs, new values in the same buffers,
     a CUDA-graph replay) and write its outputs; returns (whether to go on, the `verified`
-    message for the parent, who judges the outputs)."""
+    message for the parent, who judges the outputs).
+
+    `between`, on the GPU, gives the shared hold up and asks for it again between the three
+    (False: no go): a timing phase waiting for the GPU then waits for one of them, not for the
+    whole shape, and the GPU drains for it sooner."""
+
+    def go_on() -> bool:
+        if between is None:
+            return True
+        _sync(device)  # nothing of this part still runs when the GPU is let go
+        return between()
+
+    stop = {"t": "verified", "i": i, "outputs": {}, "facts": {"problems": []}}
     device, dtype = spec["device"], getattr(torch, spec["dtype"])
     seeds = spec["seeds"][i]
     out_dir = Path(spec["out_dir"]) / f"s{i}"
@@ -449,6 +463,8 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap) -> tuple[bool, 
         probs.append("output changed after the calling stream finished (work on a side stream)")
     del early, pairs
     outputs["first"] = save_tensor(host, out_dir, "first")
+    if not go_on():
+        return False, {**stop, "outputs": outputs, "facts": facts}
 
     fresh = problem.make_inputs(shape, dtype, tdev, seeds["second"])
     for x, y in zip(a, fresh, strict=True):
@@ -470,6 +486,8 @@ def verify_shape(i, shape, spec, problem, cand: Candidate, snap) -> tuple[bool, 
     del out1, out2
 
     if device == "cuda":
+        if not go_on():
+            return False, {**stop, "outputs": outputs, "facts": facts}
         try:
             g, outs = timing.capture([lambda: cand(a)], reps=1)
             final = problem.make_inputs(shape, dtype, tdev, seeds["final"])
@@ -855,7 +873,9 @@ def run(spec: dict, send, recv) -> None:
     if spec.get("verify", True) and cands:
         for i, shape in enumerate(shapes):
             send(t="progress", phase="verifying", i=i, n=len(shapes))
-            ok, report = verify_shape(i, shape, spec, problem, cands[0], snap)
+            ok, report = verify_shape(
+                i, shape, spec, problem, cands[0], snap, next_shape if device == "cuda" else None
+            )
             if not ok or i + 1 == len(shapes) or device != "cuda":
                 send(**report)
             elif not next_shape(report):
