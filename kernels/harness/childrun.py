@@ -558,7 +558,24 @@ class Prepared:
         self.reused: list[str] = []  # candidates whose captured calls returned one buffer twice
 
 
-def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cache) -> Prepared:
+class NoGo(Exception):
+    """The caller refused the GPU to a step of `prepare_shape` (`between`)."""
+
+
+def prepare_shape(
+    i, shape, spec, problem, cands: list[Candidate], compiled_cache, between=None
+) -> Prepared:
+    """Inputs, warm-up and the timing mode of shape i, and in graph mode its input sets and
+    each function's captured graph, for `measure_shape`. `between`, while the GPU is shared,
+    gives the hold up and asks for it again after the warm-up and between two captures, so a
+    timing phase waiting for the GPU waits for one of those steps (raises NoGo if refused)."""
+
+    def go_on() -> None:
+        if between is not None:
+            torch.cuda.synchronize()  # nothing of this step still runs when the GPU is let go
+            if not between():
+                raise NoGo
+
     prep = Prepared(i)
     dtype = getattr(torch, spec["dtype"])
     seeds = spec["seeds"][i]
@@ -586,6 +603,7 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
             for _ in range(3):
                 call(f, a)
         torch.cuda.synchronize()
+        go_on()
         # One mode per shape for every function timed: the caller's (`modes`, so that a screened
         # candidate is timed as its cached baselines were), else the fastest function's quick
         # time decides (the candidates', or the baselines' when there is none).
@@ -616,6 +634,7 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
                 if cands:
                     new_values(sets[prep.graph_set], timing.MAX_INPUT_SETS + prep.graph_set)
                 for name, f in fns.items():
+                    go_on()
                     calls = [(lambda s=s, f=f: call(f, s)) for s in sets]
                     g, outs = timing.capture(calls, reps)
                     prep.keep.append((g, outs))
@@ -626,6 +645,8 @@ def prepare_shape(i, shape, spec, problem, cands: list[Candidate], compiled_cach
                         prep.reused.append(name)
                 prep.keep.append(sets)
                 prep.mode = "graph"
+            except NoGo:
+                raise
             except Exception as e:
                 prep.notes.append(
                     f"graph timing unavailable, used events: {type(e).__name__}: {e}"[:300]
@@ -903,7 +924,10 @@ def run(spec: dict, send, recv) -> None:
         for i, s in enumerate(shapes):
             if not next_shape():
                 break
-            prepared.append(prepare_shape(i, s, spec, problem, cands, cache))
+            try:
+                prepared.append(prepare_shape(i, s, spec, problem, cands, cache, next_shape))
+            except NoGo:
+                break
         if len(prepared) < len(shapes):
             send(t="done", tamper=snap.changes(), ops={})
             return
