@@ -24,6 +24,7 @@ end, a child's (`shared`), a caller's check (`check`) or another timing phase (`
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -204,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", type=Path, help="search_proof.py JSON files")
     ap.add_argument("--json", action="store_true", help="print the summaries as JSON")
     ap.add_argument(
-        "--locks", type=Path, help="the GPU lock's trace of the run (AUTOWEB_GPU_LOCK_TRACE)"
+        "--locks",
+        type=Path,
+        help="the GPU lock's trace of the run (AUTOWEB_GPU_LOCK_TRACE), gzipped if it ends in .gz",
     )
     args = ap.parse_args(argv)
     out = {}
@@ -218,8 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     locks = None
     if args.locks is not None:
         try:
-            locks = lock_waits(read_locks(args.locks.read_text()))
-        except OSError as e:
+            raw = args.locks.read_bytes()
+            if args.locks.suffix == ".gz":
+                raw = gzip.decompress(raw)
+            locks = lock_waits(read_locks(raw.decode()))
+        except (OSError, EOFError, UnicodeDecodeError) as e:
             print(f"{args.locks}: cannot read the lock trace ({e})", file=sys.stderr)
             return 2
     if args.json:

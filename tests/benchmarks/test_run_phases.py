@@ -147,6 +147,15 @@ def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     assert "shared holds in progress when a timing phase asked: 0.67" in res.stdout
     res = run_script(
         "run_phases.py",
+        "docs/benchmarks/search/search-2026-12-06-h100-s1.json",
+        "--locks",
+        "docs/benchmarks/search/locks-2026-12-06-h100-s1.txt.gz",
+    )
+    assert res.returncode == 0, res.stderr
+    assert "the GPU held for timing 34% of it, draining for a timing phase 16%" in res.stdout
+    assert "held check      n=3355, median 0.028 s" in res.stdout
+    res = run_script(
+        "run_phases.py",
         "docs/benchmarks/search/search-2026-12-05-g.json",
         "--locks",
         str(tmp_path / "missing.txt"),
