@@ -403,24 +403,27 @@ class Candidate:
 # ---- phases -----------------------------------------------------------------------------
 
 
+class NoGo(Exception):
+    """The caller refused the GPU to a child asking for it again between two steps."""
+
+
+def step_aside(between: Callable[[], None] | None, device: str) -> None:
+    """Between two steps of a shape's GPU work, while the GPU is shared: synchronise (nothing of
+    the step still runs when the hold is let go), then `between` gives the hold up and asks for
+    it again, raising NoGo if refused. So a timing phase waiting for the GPU waits for one step
+    of this candidate, not a whole shape, and the GPU drains for it sooner."""
+    if between is not None:
+        _sync(device)
+        between()
+
+
 def verify_shape(
-    i, shape, spec, problem, cand: Candidate, snap, between: Callable[[], bool] | None = None
+    i, shape, spec, problem, cand: Candidate, snap, between: Callable[[], None] | None = None
 ) -> tuple[bool, dict]:
     """Run the candidate on shape i three ways (fresh inputs, new values in the same buffers,
     a CUDA-graph replay) and write its outputs; returns (whether to go on, the `verified`
-    message for the parent, who judges the outputs).
-
-    `between`, on the GPU, gives the shared hold up and asks for it again between the three
-    (False: no go): a timing phase waiting for the GPU then waits for one of them, not for the
-    whole shape, and the GPU drains for it sooner."""
-
-    def go_on() -> bool:
-        if between is None:
-            return True
-        _sync(device)  # nothing of this part still runs when the GPU is let go
-        return between()
-
-    stop = {"t": "verified", "i": i, "outputs": {}, "facts": {"problems": []}}
+    message for the parent, who judges the outputs). On the GPU, `between` runs between the
+    three (`step_aside`)."""
     device, dtype = spec["device"], getattr(torch, spec["dtype"])
     seeds = spec["seeds"][i]
     out_dir = Path(spec["out_dir"]) / f"s{i}"
@@ -463,8 +466,7 @@ def verify_shape(
         probs.append("output changed after the calling stream finished (work on a side stream)")
     del early, pairs
     outputs["first"] = save_tensor(host, out_dir, "first")
-    if not go_on():
-        return False, {**stop, "outputs": outputs, "facts": facts}
+    step_aside(between, device)
 
     fresh = problem.make_inputs(shape, dtype, tdev, seeds["second"])
     for x, y in zip(a, fresh, strict=True):
@@ -486,8 +488,7 @@ def verify_shape(
     del out1, out2
 
     if device == "cuda":
-        if not go_on():
-            return False, {**stop, "outputs": outputs, "facts": facts}
+        step_aside(between, device)
         try:
             g, outs = timing.capture([lambda: cand(a)], reps=1)
             final = problem.make_inputs(shape, dtype, tdev, seeds["final"])
@@ -558,24 +559,12 @@ class Prepared:
         self.reused: list[str] = []  # candidates whose captured calls returned one buffer twice
 
 
-class NoGo(Exception):
-    """The caller refused the GPU to a step of `prepare_shape` (`between`)."""
-
-
 def prepare_shape(
     i, shape, spec, problem, cands: list[Candidate], compiled_cache, between=None
 ) -> Prepared:
     """Inputs, warm-up and the timing mode of shape i, and in graph mode its input sets and
-    each function's captured graph, for `measure_shape`. `between`, while the GPU is shared,
-    gives the hold up and asks for it again after the warm-up and between two captures, so a
-    timing phase waiting for the GPU waits for one of those steps (raises NoGo if refused)."""
-
-    def go_on() -> None:
-        if between is not None:
-            torch.cuda.synchronize()  # nothing of this step still runs when the GPU is let go
-            if not between():
-                raise NoGo
-
+    each function's captured graph, for `measure_shape`. While the GPU is shared, `between`
+    runs after the warm-up and before each capture (`step_aside`)."""
     prep = Prepared(i)
     dtype = getattr(torch, spec["dtype"])
     seeds = spec["seeds"][i]
@@ -603,7 +592,7 @@ def prepare_shape(
             for _ in range(3):
                 call(f, a)
         torch.cuda.synchronize()
-        go_on()
+        step_aside(between, "cuda")
         # One mode per shape for every function timed: the caller's (`modes`, so that a screened
         # candidate is timed as its cached baselines were), else the fastest function's quick
         # time decides (the candidates', or the baselines' when there is none).
@@ -634,7 +623,7 @@ def prepare_shape(
                 if cands:
                     new_values(sets[prep.graph_set], timing.MAX_INPUT_SETS + prep.graph_set)
                 for name, f in fns.items():
-                    go_on()
+                    step_aside(between, "cuda")
                     calls = [(lambda s=s, f=f: call(f, s)) for s in sets]
                     g, outs = timing.capture(calls, reps)
                     prep.keep.append((g, outs))
@@ -890,13 +879,22 @@ def run(spec: dict, send, recv) -> None:
             send(**report)
         return bool(recv().get("go"))
 
+    def again() -> None:
+        """Between two steps of one shape: the hold given up and asked for again (`step_aside`)."""
+        if not next_shape():
+            raise NoGo
+
     verified = True
     if spec.get("verify", True) and cands:
         for i, shape in enumerate(shapes):
             send(t="progress", phase="verifying", i=i, n=len(shapes))
-            ok, report = verify_shape(
-                i, shape, spec, problem, cands[0], snap, next_shape if device == "cuda" else None
-            )
+            try:
+                ok, report = verify_shape(
+                    i, shape, spec, problem, cands[0], snap, again if device == "cuda" else None
+                )
+            except NoGo:
+                verified = False
+                break
             if not ok or i + 1 == len(shapes) or device != "cuda":
                 send(**report)
             elif not next_shape(report):
@@ -925,7 +923,7 @@ def run(spec: dict, send, recv) -> None:
             if not next_shape():
                 break
             try:
-                prepared.append(prepare_shape(i, s, spec, problem, cands, cache, next_shape))
+                prepared.append(prepare_shape(i, s, spec, problem, cands, cache, again))
             except NoGo:
                 break
         if len(prepared) < len(shapes):

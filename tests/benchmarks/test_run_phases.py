@@ -121,6 +121,10 @@ def test_the_lock_trace_says_what_each_timing_phase_waited_for() -> None:
     assert locks["shared_in_progress_when_timing_asked"] == pytest.approx(2 / 3, abs=0.01)
 
 
+def _with_locks(run: str, trace: str):
+    return run_script("run_phases.py", "docs/benchmarks/search/" + run, "--locks", trace)
+
+
 def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-05-g.json")
 
@@ -136,30 +140,17 @@ def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
 
     trace = tmp_path / "locks.txt"
     trace.write_text(_trace())
-    res = run_script(
-        "run_phases.py",
-        "docs/benchmarks/search/search-2026-12-05-h100-k8b.json",
-        "--locks",
-        str(trace),
-    )
+    res = _with_locks("search-2026-12-05-h100-k8b.json", str(trace))
     assert res.returncode == 0, res.stderr
     assert "a timing phase waited for a check hold: n=1, median 1.500 s" in res.stdout
     assert "shared holds in progress when a timing phase asked: 0.67" in res.stdout
-    res = run_script(
-        "run_phases.py",
-        "docs/benchmarks/search/search-2026-12-06-h100-s1.json",
-        "--locks",
-        "docs/benchmarks/search/locks-2026-12-06-h100-s1.txt.gz",
+    res = _with_locks(
+        "search-2026-12-06-h100-s1.json", "docs/benchmarks/search/locks-2026-12-06-h100-s1.txt.gz"
     )
     assert res.returncode == 0, res.stderr
     assert "the GPU held for timing 34% of it, draining for a timing phase 16%" in res.stdout
     assert "held check      n=3355, median 0.028 s" in res.stdout
-    res = run_script(
-        "run_phases.py",
-        "docs/benchmarks/search/search-2026-12-05-g.json",
-        "--locks",
-        str(tmp_path / "missing.txt"),
-    )
+    res = _with_locks("search-2026-12-05-g.json", str(tmp_path / "missing.txt"))
     assert res.returncode == 2
     assert "cannot read the lock trace" in res.stderr
 
