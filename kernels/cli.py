@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kernels import problems
 from kernels.harness.static import MAX_SOURCE_BYTES
-from kernels.protocol import source_sha256
+from kernels.protocol import HarnessFault, again_on_fault, source_sha256
 
 
 class UsageError(Exception):
@@ -165,14 +165,16 @@ def cmd_evaluate(args) -> int:
     problem = _load_problem(args)
     source, _ = _read_candidate(args.candidate, problem)
     dev = _device(args.device)
-    rep = evaluate(
-        problem,
-        source,
-        device=dev,
-        tier=args.shapes,
-        timeout_s=args.timeout,
-        on_event=_progress(args.quiet),
-        budget_s=args.budget,
+    rep = again_on_fault(
+        lambda: evaluate(
+            problem,
+            source,
+            device=dev,
+            tier=args.shapes,
+            timeout_s=args.timeout,
+            on_event=_progress(args.quiet),
+            budget_s=args.budget,
+        )
     )
     _write_json(args.json, _with_source(rep, source))
     print_report(rep)
@@ -573,3 +575,6 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, problems.ProblemError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except HarnessFault as e:  # the harness failed on its own part, each time: no verdict
+        print(f"error: {e}", file=sys.stderr)
+        return 3

@@ -6,7 +6,8 @@ rq, so importing it costs nothing on either side. It holds
 
 - the names of the queues, Redis keys and job functions;
 - the harness's failure categories (`FAILURES`), which the trial model, the charts and the
-  report checks all use;
+  report checks all use, and `HarnessFault`, raised where the harness itself failed and no
+  verdict was reached;
 - the shapes of what crosses: the evaluation request (`EvaluationRequest`), a progress event
   (`ProgressEvent`) and the report (`Report`), as docs/harness.md describes them;
 - `rejected_report()`, the one way to write a report for a candidate no harness judged;
@@ -19,8 +20,9 @@ How the processes and queues fit together: docs/architecture.md.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, TypeVar
 
 # -- failure categories --------------------------------------------------------------------------
 
@@ -35,6 +37,34 @@ FAILURES = (
     "malformed",
 )
 VERDICTS = ("accepted", "rejected")
+
+
+class HarnessFault(RuntimeError):
+    """The harness could not do its own part of an evaluation: its process ran out of memory
+    computing or comparing a reference, after waiting and trying again (other evaluations and
+    every candidate's process share the GPU). No verdict: the candidate is not to blame, and
+    the caller runs the evaluation again (`again_on_fault`; the orchestrator too, for a
+    worker's job that still failed)."""
+
+
+# How many times an evaluation, a re-time or a table's timing is run in all while the harness
+# fails on its own part (HarnessFault), before the fault is raised: then recorded as the
+# harness's, never taken for the candidate's verdict.
+FAULT_ATTEMPTS = 3
+T = TypeVar("T")
+
+
+def again_on_fault(work: Callable[[], T]) -> T:
+    """`work()`, run again while it raises HarnessFault, FAULT_ATTEMPTS times in all; the last
+    fault is raised."""
+    for attempt in range(1, FAULT_ATTEMPTS + 1):
+        try:
+            return work()
+        except HarnessFault:
+            if attempt == FAULT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
 
 # -- queues, keys, job names ---------------------------------------------------------------------
 

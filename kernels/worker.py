@@ -38,7 +38,14 @@ from kernels.harness.sandbox import (
     gpu_key,
     slots_setting,
 )
-from kernels.protocol import HEARTBEAT_S, WORKERS_KEY, queue_name, rejected_report, worker_key
+from kernels.protocol import (
+    HEARTBEAT_S,
+    WORKERS_KEY,
+    again_on_fault,
+    queue_name,
+    rejected_report,
+    worker_key,
+)
 from kernels.queues import (
     SERIALIZER,
     SafeJob,
@@ -97,18 +104,22 @@ def evaluate_job(
     # only once no live worker names it (searches/orchestrator.py, DEAD_WORKER_S).
     _set_current_job(conn, job.id if job is not None else None)
     try:
-        report = evaluate(
-            prob,
-            source,
-            device=dev,
-            tier=tier,
-            on_event=on_event,
-            pool=_pool,
-            budget_s=budget_s,
-            baselines_compiled=baselines_compiled,
-            timeout_s=timeout_s,
-            baselines=_baselines_for(conn) if baselines_compiled else None,
-            gpu_slots=_slots,
+        # The harness failing on its own part (HarnessFault) is tried again here; still failing,
+        # it fails the job, and the orchestrator runs the evaluation again.
+        report = again_on_fault(
+            lambda: evaluate(
+                prob,
+                source,
+                device=dev,
+                tier=tier,
+                on_event=on_event,
+                pool=_pool,
+                budget_s=budget_s,
+                baselines_compiled=baselines_compiled,
+                timeout_s=timeout_s,
+                baselines=_baselines_for(conn) if baselines_compiled else None,
+                gpu_slots=_slots,
+            )
         )
     except problems.ProblemError as e:  # the problem failed on its own (the harness checked)
         return _usage_report(problem, str(e), dev)
@@ -141,13 +152,15 @@ def _timed_together(timer, problem: str, sources: list[str], **kw) -> list[dict]
             return {"error": str(e)}
         job = get_current_job()
         try:
-            out = timer(
-                prob,
-                sources,
-                device=_device or devmod.resolve("auto"),
-                pool=_pool,
-                baselines=_baselines_for(job.connection if job is not None else None),
-                **kw,
+            out = again_on_fault(
+                lambda: timer(
+                    prob,
+                    sources,
+                    device=_device or devmod.resolve("auto"),
+                    pool=_pool,
+                    baselines=_baselines_for(job.connection if job is not None else None),
+                    **kw,
+                )
             )
         except problems.ProblemError as e:  # the problem failed on its own (the harness checked)
             return {"error": str(e)}
@@ -223,14 +236,16 @@ def revalidate_job(
         return _usage_report(problem, str(e), dev)
     with _job():
         try:
-            report = revalidate(
-                prob,
-                source,
-                device=dev,
-                shape_range=shape_range,
-                pool=_pool,
-                budget_s=budget_s,
-                timeout_s=timeout_s,
+            report = again_on_fault(
+                lambda: revalidate(
+                    prob,
+                    source,
+                    device=dev,
+                    shape_range=shape_range,
+                    pool=_pool,
+                    budget_s=budget_s,
+                    timeout_s=timeout_s,
+                )
             )
         except problems.ProblemError as e:
             report = _usage_report(problem, str(e), dev)

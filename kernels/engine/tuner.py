@@ -28,6 +28,7 @@ from kernels.engine.judge import CONFIRM, FAILED, KEPT, REVERTED, Numbers
 from kernels.engine.proposers import KnobProposer, Proposal, Tried, describe
 from kernels.knobs import KnobValue
 from kernels.problems import ProblemError
+from kernels.protocol import FAULT_ATTEMPTS, HarnessFault, again_on_fault
 
 Report = dict[str, Any]
 Evaluate = Callable[..., Report]  # evaluate(source); with linger_s, evaluate(source, on_event=...)
@@ -200,11 +201,14 @@ class Tuner:
         search). Returns (report, failure category or None, reason)."""
         try:
             if self.linger_s is not None:
-                report = self.evaluate(source, on_event=ticket.on_event)
+                report = again_on_fault(lambda: self.evaluate(source, on_event=ticket.on_event))
             else:
-                report = self.evaluate(source)
+                report = again_on_fault(lambda: self.evaluate(source))
         except ProblemError:
             raise
+        except HarnessFault as exc:  # the harness failed each time: no verdict on the config
+            why = f"not judged: the harness failed {FAULT_ATTEMPTS} times: {_first_line(exc)}"
+            return None, "crashed", why
         except Exception as exc:  # a failed config is data, not a reason to stop the search
             return None, "crashed", f"evaluate raised {type(exc).__name__}: {_first_line(exc)}"
         if not isinstance(report, dict) or "verdict" not in report:
@@ -263,7 +267,7 @@ class Tuner:
             else:
                 self._confirmations += 1
                 try:
-                    pair = self.retime([incumbent.source, proposal.source])
+                    pair = again_on_fault(lambda: self.retime([incumbent.source, proposal.source]))
                 except Exception as exc:  # an unconfirmed win is not a win
                     pair = None
                     verdict = judge.unconfirmed(verdict, f"re-time failed: {_first_line(exc)}")
@@ -289,7 +293,7 @@ class Tuner:
         names = [f"trial {i}" for i in chosen]
         sources = [self._sources[i] for i in chosen]
         try:
-            timed = self.together(sources)
+            timed = again_on_fault(lambda: self.together(sources))
         except Exception as exc:
             return {"error": f"timing the table's candidates failed: {_first_line(exc)}"}, None
         if timed.get("verdict") != "accepted" and not any(

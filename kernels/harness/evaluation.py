@@ -31,7 +31,7 @@ from kernels.harness import device as devmod
 from kernels.harness import sandbox, static
 from kernels.harness import verdict as rules
 from kernels.harness.verdict import Event, geomean
-from kernels.protocol import FAILURES, EvaluationRequest
+from kernels.protocol import FAILURES, EvaluationRequest, HarnessFault
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("AUTOWEB_SANDBOX_TIMEOUT_S", "300"))
 # Screening gives loading and compiling a candidate this long (as Helion's autotuner does): a
@@ -373,6 +373,11 @@ def run(
     configuration that compiles for its whole budget holds no GPU slot. The wait for a slot does
     not count against the child's timeout (it has a bound of its own); the report's `gpu_wait`
     says how long it was (`slot_s`).
+
+    Raises HarnessFault, with no report, where this process ran out of memory for its own part
+    (references, comparisons) even after waiting and trying again: the candidate is not to
+    blame, and the caller runs the evaluation again. Raises ProblemError where the problem
+    fails on its own.
     """
     started = time.monotonic()
     problem = problems.load(request.problem, list(request.problem_dirs) or None)
@@ -453,6 +458,11 @@ def run(
             pump.settle_checks(close=True)  # none left once the loop has ended, unless it raised
         finally:
             child.close()
+    if pump.fault is not None:
+        run_._oracles.clear()
+        if run_.pdev == "cuda":
+            torch.cuda.empty_cache()
+        raise pump.fault
     if any(cat == "crashed" for cat, _ in run_.failures):
         # Not the candidate's failure if the problem itself fails: checked here, once the child
         # is gone, on the shape it was at (every shape when it was at none), not on its word.
@@ -534,6 +544,7 @@ class _Pump:
     _checks: concurrent.futures.ThreadPoolExecutor | None = None
     _pending: list[concurrent.futures.Future] = field(default_factory=list)
     checks_failed: bool = False  # a check raised: the run is over (`_check`)
+    fault: HarnessFault | None = None  # this process's own work failed: no verdict (`run`)
     _count: threading.Lock = field(default_factory=threading.Lock)  # waited, held, holds
 
     @property
@@ -632,7 +643,12 @@ class _Pump:
     def _unhandled(self, t: str, e: Exception) -> None:
         # A message of the wrong form (the child wrote it), or this process's own work on it
         # failed (a reference it could not compute): a rejection either way, with the error,
-        # never an evaluation that ends in a traceback.
+        # never an evaluation that ends in a traceback. Except where this process ran out of
+        # memory for its own work (HarnessFault): no verdict, `run` raises it once the child
+        # is gone.
+        if isinstance(e, HarnessFault):
+            self.fault = self.fault or e
+            return
         self.run.fail(
             "crashed",
             f"the {t!r} message from the sandboxed process could not be handled: "
@@ -770,7 +786,7 @@ class _Pump:
             # may be waiting for another evaluation's timing phase.
             self.release_gpu()
             self.settle_checks()
-            go = not self.run.failures
+            go = not self.run.failures and self.fault is None
             if go and not self.stopped:
                 self.take_gpu(shared=False)
         if self.stopped:

@@ -17,13 +17,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
 from kernels import problems
 from kernels.harness import roofline, sandbox, timing
 from kernels.harness.compare import compare
-from kernels.protocol import FAILURES
+from kernels.protocol import FAILURES, HarnessFault
 
 UNSTABLE_SPREAD = 0.5
 # A float64 reference of at most this many elements is kept and compared on the host (8 MiB),
@@ -42,6 +43,13 @@ PRIORITY = (
 )
 
 Event = Callable[[dict], None]
+T = TypeVar("T")
+
+# This process running out of memory while it computes or compares a reference is no fault of
+# the candidate: other evaluations' references and every candidate's process share the GPU. The
+# work is tried again after each of these waits (seconds), with what this process had cached
+# given back; past the last, the evaluation ends with HarnessFault, no verdict, to be run again.
+MEMORY_RETRY_WAITS_S = (0.5, 1.0, 2.0)
 
 
 # References computed at once in this process (each evaluation in flight is a thread): a
@@ -89,6 +97,10 @@ def _resource_error(e: BaseException, text: str) -> bool:
     )
 
 
+def _out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, MemoryError | torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
 class _WrongShape(ValueError):
     """An output whose shape is not the reference's: incorrect, and never read."""
 
@@ -111,7 +123,6 @@ class Run:
         self.pdev = "cuda" if dev == "cuda" else "cpu"
         self.tol = problem.tolerance(dtype)
         self._oracles: dict[tuple[int, str], torch.Tensor] = {}
-        self._out_shapes: dict[int, list[int]] = {}
         self.results: list[dict] = [
             {"shape": s, "label": problems.shape_label(s), "errors": {}} for s in shapes
         ]
@@ -209,21 +220,55 @@ class Run:
                 return f"problem {self.problem.name!r} fails on {label}: {step} raised {text[:300]}"
         return None
 
-    def expected_shape(self, i: int, which: str) -> list[int]:
-        """The reference's output shape on shape i (computing a reference the first time)."""
-        if i not in self._out_shapes:
-            # A reference slot first, then the GPU: a check waiting for a slot never keeps a
-            # timing phase from the GPU.
-            with torch.no_grad(), self.reference_slot(), self.gpu_hold():
-                self._out_shapes[i] = list(self.oracle(i, which).shape)
-        return self._out_shapes[i]
+    def own_work(self, what: str, work: Callable[[], T]) -> T:
+        """`work`, this process's own GPU work for a check (references, a comparison on the
+        device), under one of its reference slots and then a shared hold of the GPU, both given
+        up when it ends: a check waiting for a slot never keeps a timing phase from the GPU,
+        and the memory it freed goes back to the GPU's other processes. Out of memory here is
+        retried after the waits of `MEMORY_RETRY_WAITS_S`, then raised as HarnessFault."""
+        for wait in (*MEMORY_RETRY_WAITS_S, None):
+            try:
+                with torch.no_grad(), self.reference_slot(), self.gpu_hold():
+                    try:
+                        return work()
+                    finally:
+                        if self.pdev == "cuda":
+                            # Freed blocks stay in this process's cache unless returned: on a
+                            # shared GPU they starve the other candidates' processes (keeping
+                            # them until the next shape ran eight workers of an H200 out of
+                            # memory).
+                            torch.cuda.empty_cache()
+            except Exception as e:
+                if not _out_of_memory(e):
+                    raise
+                why = f"{what}: this process ran out of memory: {type(e).__name__}: {e}"[:400]
+            # Past the handler, the error's frames and the tensors they held are gone.
+            self._oracles.clear()
+            if self.pdev == "cuda":
+                torch.cuda.empty_cache()
+            if wait is None:
+                raise HarnessFault(
+                    f"{why} (tried {len(MEMORY_RETRY_WAITS_S) + 1} times); "
+                    "the candidate was not judged"
+                )
+            self.notes.append(f"{why[:200]}; tried again after {wait} s")
+            time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def references(self, i: int, whichs: list[str]) -> dict[str, torch.Tensor]:
+        """The float64 references of shape i on the inputs `whichs` (`oracle`), those not yet
+        computed computed together, under one hold of the GPU (`own_work`)."""
+        if any((i, w) not in self._oracles for w in whichs):
+            label = self.results[i]["label"]
+            self.own_work(f"{label}: its reference", lambda: [self.oracle(i, w) for w in whichs])
+        return {w: self._oracles[(i, w)] for w in whichs}
 
     def verify(self, i: int, tag: str, which: str, meta: dict, root: Path) -> bool:
         # Outside the try: a reference this process cannot compute is no unreadable output
         # (the caller then asks whether the problem fails on its own: Run.problem_fault).
-        expected = self.expected_shape(i, which)
+        ref = self.references(i, [which])[which]
         try:
-            raw, shape = _read_raw(meta, self.dtype, root, expected)
+            raw, shape = _read_raw(meta, self.dtype, root, list(ref.shape))
         except _WrongShape as e:
             self.results[i]["errors"][tag] = {"passed": False, "reason": str(e)}
             return False
@@ -233,27 +278,24 @@ class Run:
         with contextlib.suppress(OSError):
             Path(meta["file"]).unlink()
         out = _tensor(raw, shape, self.dtype)
-        res = None
-        with torch.no_grad():
-            with self.reference_slot(), self.gpu_hold():
-                ref = self.oracle(i, which)
-                if ref.device != out.device:
-                    res = compare(out.to(ref.device), ref, self.tol)
-                if self.pdev == "cuda":
-                    # Freed blocks stay in this process's cache unless returned: on a shared
-                    # GPU they starve the other candidates' processes (keeping them until the
-                    # next shape ran eight workers of an H200 out of memory).
-                    torch.cuda.empty_cache()
-            if res is None:  # a reference kept on the host (`HOST_COMPARE_MAX`), GPU let go
-                res = compare(out, ref, self.tol)
+        if ref.device == out.device:  # a reference kept on the host (`HOST_COMPARE_MAX`)
+            res = compare(out, ref, self.tol)
+        else:
+            res = self.own_work(
+                f"{self.results[i]['label']}: comparing its output",
+                lambda: compare(out.to(ref.device), ref, self.tol),
+            )
         self.results[i]["errors"][tag] = res
-        del out, raw, ref
         return res["passed"]
 
 
 def geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+# The outputs a `verified` message may carry, and the inputs each was made on.
+_VERIFIED = (("first", "first"), ("second", "second"), ("graph", "final"))
 
 
 def on_verified(run: Run, msg: dict, root: Path) -> None:
@@ -270,6 +312,9 @@ def on_verified(run: Run, msg: dict, root: Path) -> None:
         return
     run.check("output_contract", True, "plain torch.Tensor of the right dtype and device")
     outs = msg.get("outputs") or {}
+    # The references of every output the child sent (the first call, the call on new values,
+    # the graph replay), computed under one hold of the GPU rather than one each.
+    run.references(i, [w for tag, w in _VERIFIED if tag in outs])
     if "first" in outs:
         ok = run.verify(i, "first", "first", outs["first"], root)
         why = f"{label}: {run.results[i]['errors'].get('first', {}).get('reason', 'unreadable')}"

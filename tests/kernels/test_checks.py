@@ -19,7 +19,7 @@ import torch
 from kernels import problems
 from kernels.harness import childrun, evaluate, sandbox, verdict
 from kernels.harness.evaluation import _Pump, _seeds
-from kernels.protocol import EvaluationRequest
+from kernels.protocol import EvaluationRequest, HarnessFault
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = (ROOT / "kernels" / "seeds" / "softmax.py").read_text()
@@ -36,9 +36,9 @@ def lock_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         path.unlink(missing_ok=True)
 
 
-def _run(n_shapes: int = 1) -> verdict.Run:
+def _run(n_shapes: int = 1, first: int = 0) -> verdict.Run:
     problem = problems.load("softmax")
-    shapes = problem.shapes("smoke")[:n_shapes]
+    shapes = problem.shapes("smoke")[first : first + n_shapes]
     return verdict.Run(problem, "cpu", shapes, _seeds(len(shapes)), torch.float32, None)
 
 
@@ -119,9 +119,133 @@ def test_a_check_takes_its_reference_slot_before_the_gpu_and_compares_on_the_hos
     meta = childrun.write_tensor(run.problem.reference(*inputs), tmp_path, "first")
 
     assert run.verify(0, "first", "first", meta, tmp_path)
-    # The reference's shape first (one reference computed), then the check itself.
-    assert events == ["slot", "gpu", "/gpu", "/slot"] * 2 + ["compare"]
+    # The reference under one hold (its shape checks the output file before a byte is read),
+    # then the comparison, on the host, the GPU let go.
+    assert events == ["slot", "gpu", "/gpu", "/slot", "compare"]
     assert run.oracle(0, "first").device.type == "cpu"
+
+
+def _outputs(run: verdict.Run, root: Path, whichs: dict[str, str], wrong: str = "") -> dict:
+    """The child's output files for shape 0: tag -> the inputs (a seed's name) it was made on,
+    the output `wrong` made on the other inputs."""
+    outs = {}
+    for tag, which in whichs.items():
+        seed = run.seeds[0]["first" if tag == wrong else which]
+        if tag == wrong and which == "first":
+            seed = run.seeds[0]["second"]
+        inputs = run.problem.make_inputs(run.shapes[0], run.dtype, "cpu", seed)
+        outs[tag] = childrun.write_tensor(run.problem.reference(*inputs), root, tag)
+    return outs
+
+
+def _counting(run: verdict.Run) -> list[str]:
+    holds: list[str] = []
+
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:
+        holds.append("gpu")
+        yield
+
+    run.gpu_hold = hold
+    return holds
+
+
+def test_a_shapes_three_verified_outputs_take_one_hold_for_their_references(tmp_path: Path):
+    # The first call, the call on new values and the graph replay: their three references are
+    # computed under one hold of the GPU, not one each, and each output is still compared with
+    # its own.
+    run = _run(first=1)
+    run.dev = "cuda"  # the graph replay's output is checked on a GPU only; the work stays here
+    holds = _counting(run)
+    whichs = {"first": "first", "second": "second", "graph": "final"}
+    msg = {"t": "verified", "i": 0, "facts": {}, "outputs": _outputs(run, tmp_path, whichs)}
+
+    verdict.on_verified(run, msg, tmp_path)
+
+    assert holds == ["gpu"]
+    assert run.failures == []
+    assert [run.results[0]["errors"][t]["passed"] for t in whichs] == [True] * 3
+    assert run.checks["correctness"]["passed"] and run.checks["cuda_graph"]["passed"]
+
+
+def test_an_output_made_on_other_inputs_still_fails_its_own_reference(tmp_path: Path):
+    # One hold for the three references must not mix them up: a replay that returns the first
+    # call's result, not the new inputs', is caught (on a shape whose output the inputs move).
+    run = _run(first=1)
+    run.dev = "cuda"
+    whichs = {"first": "first", "second": "second", "graph": "final"}
+    outs = _outputs(run, tmp_path, whichs, wrong="graph")
+
+    verdict.on_verified(run, {"t": "verified", "i": 0, "facts": {}, "outputs": outs}, tmp_path)
+
+    assert run.checks["correctness"]["passed"] is True
+    assert run.checks["cuda_graph"]["passed"] is False
+    assert [c for c, _ in run.failures] == ["hack_suspected"]
+
+
+def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verdict, "MEMORY_RETRY_WAITS_S", (0.01, 0.02, 0.03))
+
+
+def test_a_reference_that_runs_the_caller_out_of_memory_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Other evaluations' references and every candidate's process share the GPU: this
+    # process running out of memory is no fault of the candidate, and passes once memory frees.
+    _short_waits(monkeypatch)
+    run = _run()
+    holds = _counting(run)
+    real = problems.Problem.oracle
+    failing = iter([True, True])
+
+    def oracle(self, *inputs):
+        if next(failing, False):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.95 GiB")
+        return real(self, *inputs)
+
+    outs = _outputs(run, tmp_path, {"first": "first"})
+    monkeypatch.setattr(problems.Problem, "oracle", oracle)
+
+    assert run.verify(0, "first", "first", outs["first"], tmp_path)
+    assert holds == ["gpu"] * 3
+    assert run.failures == []
+    assert sum("ran out of memory" in n and "tried again" in n for n in run.notes) == 2
+
+
+def test_a_caller_out_of_memory_every_time_is_the_harness_fault_never_a_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # Past its retries the run raises HarnessFault: no report, so nothing is rejected
+    # `crashed` on the caller's account, and the child is gone.
+    _short_waits(monkeypatch)
+    softmax = problems.load("softmax")
+
+    def oracle(self, *inputs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.95 GiB")
+
+    monkeypatch.setattr(problems.Problem, "oracle", oracle)
+
+    with pytest.raises(HarnessFault, match=r"ran out of memory.*tried 4 times.*not judged"):
+        evaluate(softmax, SEED, device="interpret", tier="smoke")
+    assert all(c.proc.poll() is not None for c in list(sandbox._LIVE) if hasattr(c, "proc"))
+
+
+def test_any_other_error_of_a_reference_is_not_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    _short_waits(monkeypatch)
+    run = _run()
+    holds = _counting(run)
+    meta = _outputs(run, tmp_path, {"first": "first"})["first"]
+
+    def oracle(self, *inputs):
+        raise KeyError("x")
+
+    monkeypatch.setattr(problems.Problem, "oracle", oracle)
+
+    with pytest.raises(KeyError):
+        run.verify(0, "first", "first", meta, tmp_path)
+    assert holds == ["gpu"]
 
 
 def test_a_check_holds_the_gpu_shared_on_its_own_and_waits_for_a_timing_phase(lock_key: str):

@@ -93,6 +93,31 @@ def test_evaluate_exits_1_on_an_exploit(tmp_path: Path) -> None:
     assert "verdict: rejected (prohibited)" in res.stdout
 
 
+def test_evaluate_exits_3_with_no_report_when_the_harness_cannot_check(tmp_path: Path) -> None:
+    # A user's problem whose float64 reference runs the caller out of memory every time (in
+    # the caller's process only: the candidate's runs `reference`). Past the retries, that is
+    # the harness's fault: no report, so no verdict the candidate could be blamed for.
+    (tmp_path / "softmax_oom.py").write_text(
+        "import torch\n"
+        "from kernels.problems.softmax import *  # noqa: F403\n"
+        "from kernels.problems.softmax import SHAPES_SMOKE\n"
+        "SHAPES_SMOKE = SHAPES_SMOKE[:1]\n\n\n"
+        "def oracle(x):\n"
+        "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 1.95 GiB')\n"
+    )
+    out = tmp_path / "report.json"
+
+    res = cli(
+        *("evaluate", "--problem", "softmax_oom", "--problems-dir", tmp_path),
+        *("--candidate", SEED, "--device", "interpret", "--json", out, "--quiet"),
+    )
+
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "this process ran out of memory" in res.stderr
+    assert "the candidate was not judged" in res.stderr
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -16,6 +16,7 @@ from kernels.engine.proposers import KnobProposer
 from kernels.engine.tuner import TrialRecord, Tuner
 from kernels.knobs import KnobError, config_key, parse_knobs
 from kernels.problems import ProblemError
+from kernels.protocol import FAULT_ATTEMPTS, HarnessFault
 
 NOISE = 0.01
 
@@ -468,6 +469,59 @@ def test_a_problem_that_fails_on_its_own_stops_the_search(jobs) -> None:
     with pytest.raises(ProblemError, match="make_inputs raised"):
         tune(TWO_KNOBS, 20, evaluate, jobs=jobs)
     assert len(calls) < 20  # stopped, not every config recorded as its own crash
+
+
+def test_a_harness_fault_is_run_again_and_never_taken_for_the_configs_verdict() -> None:
+    # HarnessFault: the harness's own process ran out of memory checking a config. The same
+    # config is evaluated again (here it passes on its third try), so the search's verdicts are
+    # those of a harness that did its part.
+    evaluator = Evaluator()
+    faults = {"left": FAULT_ATTEMPTS - 1}
+
+    def evaluate(source: str) -> dict:
+        if faults["left"]:
+            faults["left"] -= 1
+            raise HarnessFault("BLOCK_N=1024: its reference: this process ran out of memory")
+        return evaluator(source)
+
+    result = tune(TWO_KNOBS, 3, evaluate, seed=0)
+
+    assert [t["status"] for t in result.trials][0] == "kept"
+    assert result.failures == 0
+    assert evaluator.seen[0] == {"BLOCK_N": 1024, "NUM_WARPS": 4}
+
+
+def test_a_harness_that_fails_every_time_records_the_config_not_judged() -> None:
+    calls = []
+
+    def evaluate(source: str) -> dict:
+        calls.append(source)
+        raise HarnessFault("M=1: its reference: this process ran out of memory")
+
+    result = tune(TWO_KNOBS, 2, evaluate)
+
+    assert len(calls) == 2 * FAULT_ATTEMPTS
+    assert [t["status"] for t in result.trials] == ["failed", "failed"]
+    assert result.trials[0]["reason"] == (
+        f"not judged: the harness failed {FAULT_ATTEMPTS} times: "
+        "M=1: its reference: this process ran out of memory"
+    )
+
+
+def test_a_retime_that_faults_once_is_run_again_and_confirms() -> None:
+    retimer = Retimer()
+    faults = iter([True])
+
+    def retime(sources: list[str]) -> list[dict]:
+        if next(faults, False):
+            raise HarnessFault("out of memory")
+        return retimer(sources)
+
+    source = make_source({"BLOCK_N": (512, (512, 2048)), "NUM_WARPS": (8, (8,))})
+    result = Tuner(source, trials=10, evaluate=Evaluator(), retime=retime).run()
+
+    assert [t["status"] for t in result.trials] == ["kept", "kept"]
+    assert len(retimer.calls) == 1
 
 
 # -- untimed (CPU interpreter) ----------------------------------------------------------------

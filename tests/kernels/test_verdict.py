@@ -158,7 +158,7 @@ def test_the_wait_for_a_reference_slot_is_counted():
     threading.Timer(0.3, free).start()
     started = time.monotonic()
 
-    run.expected_shape(0, "first")
+    run.references(0, ["first"])
 
     assert run.reference_wait >= 0.25
     assert run.reference_wait <= time.monotonic() - started
