@@ -58,6 +58,58 @@ MEMORY_RETRY_WAITS_S = (0.5, 1.0, 2.0)
 _REFERENCE_SLOTS = threading.BoundedSemaphore(
     sandbox.slots_setting("AUTOWEB_REFERENCE_SLOTS", os.environ.get("AUTOWEB_REFERENCE_SLOTS"), 4)
 )
+# ... and within a share of the GPU's memory: the candidates' processes share the GPU, and
+# references that took its memory ran them out of it. A shape's references are reckoned at
+# REFERENCE_MEMORY_FACTOR times the problem's bytes in float64 (`bytes(shape, float64)`: its
+# inputs and output, for their float64 copies and the temporaries of the computation); a
+# comparison on the GPU at twice the reference's bytes.
+REFERENCE_MEMORY_FACTOR = 4
+REFERENCE_MEMORY_SHARE = 0.25
+
+
+class MemoryBudget:
+    """Bytes that the work in flight may take at once, handed out first come, first served: a
+    waiter goes when it is first in line and fits, so a large reference is never starved by a
+    stream of small ones. A request above the whole budget is cut to it (it runs alone)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = max(1, int(budget))
+        self.used = 0
+        self._line: list[object] = []
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def take(self, nbytes: int) -> Iterator[None]:
+        n = min(max(0, int(nbytes)), self.budget)
+        me = object()
+        with self._cond:
+            self._line.append(me)
+            try:
+                self._cond.wait_for(lambda: self._line[0] is me and self.used + n <= self.budget)
+            finally:
+                self._line.remove(me)
+                self._cond.notify_all()
+            self.used += n
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= n
+                self._cond.notify_all()
+
+
+_reference_memory: MemoryBudget | None = None
+_reference_memory_lock = threading.Lock()
+
+
+def reference_memory() -> MemoryBudget:
+    """This process's budget for references on its GPU: REFERENCE_MEMORY_SHARE of the GPU's."""
+    global _reference_memory
+    with _reference_memory_lock:
+        if _reference_memory is None:
+            total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+            _reference_memory = MemoryBudget(int(total * REFERENCE_MEMORY_SHARE))
+        return _reference_memory
 
 
 def _read_raw(
@@ -160,11 +212,15 @@ class Run:
                 )
 
     @contextlib.contextmanager
-    def reference_slot(self) -> Iterator[None]:
+    def reference_slot(self, nbytes: int = 0) -> Iterator[None]:
+        """One of this process's reference slots, then, on a GPU, `nbytes` of its reference
+        memory (`reference_memory`); the wait for both is counted (`reference_wait`)."""
         asked = time.monotonic()
         with _REFERENCE_SLOTS:
-            self.reference_wait += time.monotonic() - asked
-            yield
+            memory = reference_memory().take(nbytes) if self.pdev == "cuda" else None
+            with memory or contextlib.nullcontext():
+                self.reference_wait += time.monotonic() - asked
+                yield
 
     def fail(self, category: str, reason: str) -> None:
         self.failures.append((category, reason))
@@ -204,7 +260,7 @@ class Run:
         for k, seed in enumerate(seeds):
             step = "make_inputs"
             try:
-                with torch.no_grad(), self.reference_slot(), self.gpu_hold():
+                with torch.no_grad(), self.reference_slot(self.reference_bytes(i)), self.gpu_hold():
                     inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
                     if k == 0:
                         step = "its reference"
@@ -220,15 +276,16 @@ class Run:
                 return f"problem {self.problem.name!r} fails on {label}: {step} raised {text[:300]}"
         return None
 
-    def own_work(self, what: str, work: Callable[[], T]) -> T:
+    def own_work(self, what: str, work: Callable[[], T], nbytes: int = 0) -> T:
         """`work`, this process's own GPU work for a check (references, a comparison on the
-        device), under one of its reference slots and then a shared hold of the GPU, both given
-        up when it ends: a check waiting for a slot never keeps a timing phase from the GPU,
-        and the memory it freed goes back to the GPU's other processes. Out of memory here is
-        retried after the waits of `MEMORY_RETRY_WAITS_S`, then raised as HarnessFault."""
+        device) reckoned at `nbytes` of GPU memory, under one of its reference slots and that
+        memory (`reference_slot`), then a shared hold of the GPU, all given up when it ends: a
+        check waiting for a slot never keeps a timing phase from the GPU, and the memory it
+        freed goes back to the GPU's other processes. Out of memory here is retried after the
+        waits of `MEMORY_RETRY_WAITS_S`, then raised as HarnessFault."""
         for wait in (*MEMORY_RETRY_WAITS_S, None):
             try:
-                with torch.no_grad(), self.reference_slot(), self.gpu_hold():
+                with torch.no_grad(), self.reference_slot(nbytes), self.gpu_hold():
                     try:
                         return work()
                     finally:
@@ -255,12 +312,27 @@ class Run:
             time.sleep(wait)
         raise AssertionError("unreachable")
 
+    def reference_bytes(self, i: int) -> int:
+        """The GPU memory a reference of shape i is reckoned at (REFERENCE_MEMORY_FACTOR); none
+        where the problem's `bytes` cannot say (the reference's own error is what then shows)."""
+        if self.pdev != "cuda":
+            return 0
+        try:
+            nbytes = self.problem.bytes(self.shapes[i], torch.float64)
+        except Exception:
+            return 0
+        return int(REFERENCE_MEMORY_FACTOR * nbytes) if math.isfinite(nbytes) else 0
+
     def references(self, i: int, whichs: list[str]) -> dict[str, torch.Tensor]:
         """The float64 references of shape i on the inputs `whichs` (`oracle`), those not yet
         computed computed together, under one hold of the GPU (`own_work`)."""
         if any((i, w) not in self._oracles for w in whichs):
             label = self.results[i]["label"]
-            self.own_work(f"{label}: its reference", lambda: [self.oracle(i, w) for w in whichs])
+            self.own_work(
+                f"{label}: its reference",
+                lambda: [self.oracle(i, w) for w in whichs],
+                self.reference_bytes(i),
+            )
         return {w: self._oracles[(i, w)] for w in whichs}
 
     def verify(self, i: int, tag: str, which: str, meta: dict, root: Path) -> bool:
@@ -284,6 +356,7 @@ class Run:
             res = self.own_work(
                 f"{self.results[i]['label']}: comparing its output",
                 lambda: compare(out.to(ref.device), ref, self.tol),
+                2 * ref.numel() * ref.element_size(),
             )
         self.results[i]["errors"][tag] = res
         return res["passed"]

@@ -94,8 +94,8 @@ def test_a_check_takes_its_reference_slot_before_the_gpu_and_compares_on_the_hos
     slot = run.reference_slot
 
     @contextlib.contextmanager
-    def reference_slot() -> Iterator[None]:
-        with slot():
+    def reference_slot(nbytes: int = 0) -> Iterator[None]:
+        with slot(nbytes):
             events.append("slot")
             yield
             events.append("/slot")
@@ -344,3 +344,50 @@ def test_evaluations_in_flight_together_each_get_their_own_verdict():
     ]
     assert reports[1]["failure"] == "incorrect"
     assert not any(t.name.startswith("autoweb-checks") for t in threading.enumerate())
+
+
+def test_the_reference_memory_is_handed_out_first_come_first_served():
+    # A large reference waiting for memory is not overtaken by small ones that would fit: it
+    # goes as soon as the memory is back, and they go after it.
+    budget = verdict.MemoryBudget(100)
+    order: list[str] = []
+    first = budget.take(60)
+    first.__enter__()
+
+    def take(name: str, nbytes: int, hold: float) -> threading.Thread:
+        def go() -> None:
+            with budget.take(nbytes):
+                order.append(name)
+                time.sleep(hold)
+
+        t = threading.Thread(target=go)
+        t.start()
+        return t
+
+    big = take("big", 90, 0.2)
+    time.sleep(0.1)
+    small = take("small", 10, 0)  # would fit beside the first; waits behind the big one
+    time.sleep(0.1)
+    assert order == [] and budget.used == 60
+    first.__exit__(None, None, None)
+    big.join(5)
+    small.join(5)
+    assert order == ["big", "small"]
+    assert budget.used == 0
+
+
+def test_a_request_above_the_whole_budget_runs_alone():
+    budget = verdict.MemoryBudget(100)
+    with budget.take(10**12):
+        assert budget.used == 100
+    with budget.take(-5):
+        assert budget.used == 0
+
+
+def test_a_reference_is_reckoned_at_its_problems_float64_bytes():
+    run = _run(first=1)
+    assert run.reference_bytes(0) == 0  # on the host: no GPU memory to share
+    run.pdev = "cuda"
+    shape = run.shapes[0]
+    expected = verdict.REFERENCE_MEMORY_FACTOR * run.problem.bytes(shape, torch.float64)
+    assert run.reference_bytes(0) == int(expected) > 0
