@@ -19,6 +19,8 @@ import tokenize
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from kernels import pysource
+
 KnobValue = int | float | bool | str
 
 _TUNE_RE = re.compile(r"#\s*tune\s*:(?P<choices>.*)\Z", re.DOTALL)
@@ -103,7 +105,7 @@ def config_key(values: Mapping[str, object]) -> str:
 
 def _scan(source: str) -> list[_Site]:
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except SyntaxError as exc:
         raise KnobError(f"line {exc.lineno}: source does not parse: {exc.msg}") from exc
@@ -184,7 +186,7 @@ def _parse_choices(text: str, lineno: int) -> tuple[tuple[KnobValue, ...], tuple
         raise KnobError(f"line {lineno}: empty choice list in '# tune:' comment")
     try:
         # Parsed as one tuple so that commas inside quoted strings are not separators.
-        tree = ast.parse(f"({text},)", mode="eval")
+        tree = pysource.parse(f"({text},)", mode="eval")
     except SyntaxError:
         raise KnobError(f"line {lineno}: {_first_bad_choice(text)}") from None
     if not isinstance(tree.body, ast.Tuple):

@@ -12,6 +12,8 @@ import functools
 import types
 from dataclasses import dataclass, field
 
+from kernels import pysource
+
 MAX_SOURCE_BYTES = 256 * 1024
 
 ALLOWED_IMPORTS = (
@@ -710,7 +712,7 @@ def check_source(source: str, arg_names: tuple[str, ...]) -> StaticResult:
     if "\x00" in source:
         return StaticResult("malformed", ["candidate source contains a NUL byte"])
     try:
-        tree = ast.parse(source, filename="candidate.py")
+        tree = pysource.parse(source, filename="candidate.py")
     except SyntaxError as e:
         return StaticResult("compile_error", [f"syntax error at line {e.lineno}: {e.msg}"])
     except (RecursionError, MemoryError):
