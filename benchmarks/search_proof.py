@@ -49,6 +49,7 @@ from kernels.harness import (  # noqa: E402
 from kernels.harness import baselines as bl  # noqa: E402
 from kernels.harness import device as devmod  # noqa: E402
 from kernels.harness.sandbox import Pool, adopt_escaped_processes, kill_all  # noqa: E402
+from kernels.protocol import HarnessFault, again_on_fault  # noqa: E402
 
 _lock = threading.Lock()
 
@@ -136,23 +137,32 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
     max(1, `ahead`) at a time (kernels.engine.flight, as `kernels tune` does); evaluations per
     minute of wall clock, over the whole run and in the steady state (between the first and
     the last `jobs` finishing, where the pipeline is full)."""
-    finished: list[tuple[float, float, dict]] = []  # in the order they finish
+    finished: list[tuple[float, float, dict | None]] = []  # in the order they finish
+    not_judged: list[str] = []  # HarnessFault each time: why
     t0 = time.perf_counter()
     spare = spare_for(ahead, linger)
     flight = Flight(jobs + ahead, linger_s=linger or None, spare=spare)
 
-    def one(src: str, ticket) -> tuple[float, float, dict]:
+    def one(src: str, ticket) -> tuple[float, float, dict | None]:
         started = time.perf_counter() - t0
+        fault = None
         try:
-            report = ev(src, ticket.on_event)
+            # The harness failing on its own part is tried again, as `kernels tune` does; still
+            # failing, the configuration was not judged: no verdict, not counted as one.
+            report = again_on_fault(lambda: ev(src, ticket.on_event))
+        except HarnessFault as e:
+            report, fault = None, str(e)
         finally:
             ticket.end()
         done = time.perf_counter() - t0
         with _lock:
             finished.append((started, done, report))
+            if fault is not None:
+                not_judged.append(fault[:300])
             n = len(finished)
         # A run stopped early still says how far it got, in its log as in its JSON.
-        log(f"[{n:3d}/{len(sources)}] {done:7.1f} s {report['verdict']}")
+        verdict = report["verdict"] if report else "not judged"
+        log(f"[{n:3d}/{len(sources)}] {done:7.1f} s {verdict}")
         return started, done, report
 
     stopped = None
@@ -172,6 +182,7 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
                     results = list(finished)
     finally:
         pool.shutdown(wait=stopped is None, cancel_futures=stopped is not None)
+    results = [r for r in results if r[2] is not None]  # verdicts only
     started_at = [started for started, _, _ in results]
     reports = [report for _, _, report in results]
     minutes = (time.perf_counter() - t0) / 60
@@ -186,6 +197,9 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
         # Set when a signal stopped the phase: the figures are of the evaluations finished by
         # then, over the time until then, and the rest of `sources` never finished.
         "stopped": stopped,
+        # Evaluations that reached no verdict (the harness failed each time), apart from
+        # `evaluations` and the rates, which count verdicts over the whole wall clock.
+        "not_judged": not_judged,
         "jobs": jobs,
         "ahead": ahead,
         "linger_s": linger or None,

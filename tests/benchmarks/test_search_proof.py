@@ -88,3 +88,38 @@ def test_a_run_stopped_by_sigterm_keeps_what_finished(tmp_path: Path) -> None:
     assert 2 <= after["evaluations"] < 12
     assert len(after["started_at"]) == len(after["done_at"]) == after["evaluations"]
     assert after["per_minute"] > 0
+
+
+def test_an_evaluation_the_harness_cannot_check_is_not_counted_as_a_verdict(
+    tmp_path: Path,
+) -> None:
+    # A problem whose float64 reference runs the screening process out of memory every time:
+    # each configuration is tried three times, then listed as not judged. The run goes on,
+    # and its rates count verdicts only.
+    seed = ROOT / "kernels" / "seeds" / "softmax.py"
+    (tmp_path / "softmax_oom.py").write_text(
+        "import torch\n"
+        "from kernels.problems.softmax import *  # noqa: F403\n"
+        "from kernels.problems.softmax import SHAPES_SMOKE\n"
+        f"SEED = {str(seed)!r}\n"
+        "SHAPES_SMOKE = SHAPES_SMOKE[:1]\n\n\n"
+        "def oracle(x):\n"
+        "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 1.95 GiB')\n"
+    )
+    out = tmp_path / "search.json"
+
+    res = run_script(
+        "search_proof.py",
+        *("--out", str(out), "--device", "interpret"),
+        *("--problems-dir", str(tmp_path), "--problem", "softmax_oom"),
+        *("--before", "0", "--throughput", "1", "--jobs", "1", "--ahead", "0"),
+        *("--trials", "0", "--reuse-baselines"),
+        timeout=600,
+    )
+
+    assert res.returncode == 0, res.stdout + res.stderr
+    after = json.loads(out.read_text())["after"]
+    assert after["evaluations"] == 0 and after["accepted"] == 0
+    assert len(after["not_judged"]) == 1
+    assert "this process ran out of memory" in after["not_judged"][0]
+    assert "[  1/1]" in res.stdout and "not judged" in res.stdout
