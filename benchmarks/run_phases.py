@@ -18,7 +18,9 @@ which it was not yet but a timing phase had asked for it (its `gpu_wait.exclusiv
 With `--locks FILE`, the GPU lock's own trace of the same run (`AUTOWEB_GPU_LOCK_TRACE`,
 kernels/harness/sandbox.py): how long the holds of each kind lasted, and for each timing phase
 that had to wait, what it waited for: the hold in progress when it asked that was the last to
-end, a child's (`shared`), a caller's check (`check`) or another timing phase (`exclusive`).
+end, a child's (`shared`), a caller's check (`check`) or another timing phase (`exclusive`);
+and over the trace's span, the share of the time the lock was held for timing, by children
+and checks together, by either alone, or by nothing (`lock_time`).
 """
 
 from __future__ import annotations
@@ -185,6 +187,42 @@ def lock_waits(holds: list[dict]) -> dict:
     }
 
 
+# What held the GPU lock at each moment of the trace: a timing phase, the children's steps and
+# the caller's checks together, either alone, or nothing.
+LOCK_STATES = ("timing", "children and checks", "children alone", "checks alone", "free")
+
+
+def lock_time(holds: list[dict]) -> dict | None:
+    """The share of the trace's span (first hold taken to last let go) the lock spent in each
+    of LOCK_STATES: where the GPU's time went between timing and the shared work."""
+    if not holds:
+        return None
+    points = []
+    for h in holds:
+        kind = "timing" if not h["shared"] else "check" if h["label"] == "check" else "child"
+        points += [(h["got"], 1, kind), (h["released"], -1, kind)]
+    points.sort(key=lambda p: (p[0], p[1]))
+    held = {"timing": 0, "child": 0, "check": 0}
+    spent = dict.fromkeys(LOCK_STATES, 0.0)
+    last = points[0][0]
+    for t, delta, kind in points:
+        if held["timing"]:
+            state = "timing"
+        elif held["child"] and held["check"]:
+            state = "children and checks"
+        elif held["child"]:
+            state = "children alone"
+        elif held["check"]:
+            state = "checks alone"
+        else:
+            state = "free"
+        spent[state] += t - last
+        held[kind] += delta
+        last = t
+    span = points[-1][0] - points[0][0]
+    return {k: round(v / span, 4) for k, v in spent.items()} if span > 0 else None
+
+
 def summary(run: dict) -> dict:
     return {
         "evaluations": run.get("evaluations"),
@@ -224,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
             raw = args.locks.read_bytes()
             if args.locks.suffix == ".gz":
                 raw = gzip.decompress(raw)
-            locks = lock_waits(read_locks(raw.decode()))
+            holds = read_locks(raw.decode())
+            locks = {**lock_waits(holds), "time": lock_time(holds)}
         except (OSError, EOFError, UnicodeDecodeError) as e:
             print(f"{args.locks}: cannot read the lock trace ({e})", file=sys.stderr)
             return 2
@@ -258,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
             "  shared holds in progress when a timing phase asked: "
             f"{locks['shared_in_progress_when_timing_asked']}"
         )
+        if locks["time"]:
+            shares = ", ".join(f"{k} {v:.0%}" for k, v in locks["time"].items())
+            print(f"  the lock over the trace: {shares}")
     return 0
 
 

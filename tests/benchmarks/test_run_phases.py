@@ -121,6 +121,21 @@ def test_the_lock_trace_says_what_each_timing_phase_waited_for() -> None:
     assert locks["shared_in_progress_when_timing_asked"] == pytest.approx(2 / 3, abs=0.01)
 
 
+def test_the_lock_trace_says_what_held_the_gpu_over_time() -> None:
+    # 0-1 a child alone, 1-2 a child and a check, 2-3 the check alone, 3-4.5 timing, 4.5-4.75
+    # a child, 4.75-6 nothing, 6-6.5 timing: 6.5 s in all.
+    shares = run_phases.lock_time(run_phases.read_locks(_trace()))
+
+    assert shares == {
+        "timing": pytest.approx(2.0 / 6.5, abs=1e-4),
+        "children and checks": pytest.approx(1.0 / 6.5, abs=1e-4),
+        "children alone": pytest.approx(1.25 / 6.5, abs=1e-4),
+        "checks alone": pytest.approx(1.0 / 6.5, abs=1e-4),
+        "free": pytest.approx(1.25 / 6.5, abs=1e-4),
+    }
+    assert run_phases.lock_time([]) is None
+
+
 def _with_locks(run: str, trace: str):
     return run_script("run_phases.py", "docs/benchmarks/search/" + run, "--locks", trace)
 
@@ -150,6 +165,7 @@ def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "the GPU held for timing 34% of it, draining for a timing phase 16%" in res.stdout
     assert "held check      n=3355, median 0.028 s" in res.stdout
+    assert "the lock over the trace: timing " in res.stdout
     res = _with_locks("search-2026-12-05-g.json", str(tmp_path / "missing.txt"))
     assert res.returncode == 2
     assert "cannot read the lock trace" in res.stderr
