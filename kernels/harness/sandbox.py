@@ -560,10 +560,13 @@ class GpuLock:
 
     def release(self) -> None:
         if self._fh is not None:
+            # Read before the unlock: read after it, a writer waiting for this hold could take
+            # the lock and stamp its `got` first, and the trace would show the two overlapping.
+            released = time.monotonic()
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
-            self._trace(time.monotonic())
+            self._trace(released)
         if self._announced is not None:
             fcntl.flock(self._announced, fcntl.LOCK_UN)
             self._announced.close()
