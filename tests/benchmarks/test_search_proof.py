@@ -96,22 +96,12 @@ def test_an_evaluation_the_harness_cannot_check_is_not_counted_as_a_verdict(
     # A problem whose float64 reference runs the screening process out of memory every time:
     # each configuration is tried three times, then listed as not judged. The run goes on,
     # and its rates count verdicts only.
-    seed = ROOT / "kernels" / "seeds" / "softmax.py"
-    (tmp_path / "softmax_oom.py").write_text(
-        "import torch\n"
-        "from kernels.problems.softmax import *  # noqa: F403\n"
-        "from kernels.problems.softmax import SHAPES_SMOKE\n"
-        f"SEED = {str(seed)!r}\n"
-        "SHAPES_SMOKE = SHAPES_SMOKE[:1]\n\n\n"
-        "def oracle(x):\n"
-        "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 1.95 GiB')\n"
-    )
     out = tmp_path / "search.json"
 
     res = run_script(
         "search_proof.py",
         *("--out", str(out), "--device", "interpret"),
-        *("--problems-dir", str(tmp_path), "--problem", "softmax_oom"),
+        *("--problems-dir", "tests/fixtures/problems", "--problem", "softmax_oom"),
         *("--before", "0", "--throughput", "1", "--jobs", "1", "--ahead", "0"),
         *("--trials", "0", "--reuse-baselines"),
         timeout=600,

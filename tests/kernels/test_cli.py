@@ -16,6 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "kernels" / "seeds" / "softmax.py"
 EXPLOITS = ROOT / "tests" / "fixtures" / "exploits"
+# A problem whose float64 reference runs the caller out of memory every time.
+OOM_PROBLEMS = ROOT / "tests" / "fixtures" / "problems"
 
 # docs/problems.md: the built-in problems and their kernel signatures.
 BUILTINS = {
@@ -97,18 +99,10 @@ def test_evaluate_exits_3_with_no_report_when_the_harness_cannot_check(tmp_path:
     # A user's problem whose float64 reference runs the caller out of memory every time (in
     # the caller's process only: the candidate's runs `reference`). Past the retries, that is
     # the harness's fault: no report, so no verdict the candidate could be blamed for.
-    (tmp_path / "softmax_oom.py").write_text(
-        "import torch\n"
-        "from kernels.problems.softmax import *  # noqa: F403\n"
-        "from kernels.problems.softmax import SHAPES_SMOKE\n"
-        "SHAPES_SMOKE = SHAPES_SMOKE[:1]\n\n\n"
-        "def oracle(x):\n"
-        "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 1.95 GiB')\n"
-    )
     out = tmp_path / "report.json"
 
     res = cli(
-        *("evaluate", "--problem", "softmax_oom", "--problems-dir", tmp_path),
+        *("evaluate", "--problem", "softmax_oom", "--problems-dir", OOM_PROBLEMS),
         *("--candidate", SEED, "--device", "interpret", "--json", out, "--quiet"),
     )
 

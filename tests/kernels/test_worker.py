@@ -15,6 +15,7 @@ import redis
 from kernels.protocol import CONFIRM_JOB, TABLE_JOB, events_key, queue_name, worker_key
 from kernels.queues import online_workers, register, rq_queue
 from tests.conftest import test_redis_url
+from tests.kernels.test_cli import OOM_PROBLEMS
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = (ROOT / "kernels" / "seeds" / "softmax.py").read_text()
@@ -134,25 +135,17 @@ def test_a_problem_that_fails_on_its_own_is_reported_as_the_problems_fault(redis
     assert "the candidate was not judged" in reason
 
 
-def test_a_job_the_harness_cannot_check_fails_as_a_job_never_as_a_verdict(redis_url, tmp_path):
+def test_a_job_the_harness_cannot_check_fails_as_a_job_never_as_a_verdict(redis_url):
     # The worker's own process out of memory for every reference: after the worker's own
     # attempts the job fails (HarnessFault), so the orchestrator runs it again like a lost job;
     # no report rejects the candidate.
-    (tmp_path / "softmax_oom.py").write_text(
-        "import torch\n"
-        "from kernels.problems.softmax import *  # noqa: F403\n"
-        "from kernels.problems.softmax import SHAPES_SMOKE\n"
-        "SHAPES_SMOKE = SHAPES_SMOKE[:1]\n\n\n"
-        "def oracle(x):\n"
-        "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 1.95 GiB')\n"
-    )
     conn = redis.Redis.from_url(redis_url)
     q = rq_queue(queue_name("interpret"), conn)
     job = q.enqueue(
         "kernels.worker.evaluate_job",
         kwargs={"problem": "softmax_oom", "source": SEED, "search_id": 9},
     )
-    proc = _run_worker(redis_url, env={"AUTOWEB_PROBLEM_DIRS": str(tmp_path)})
+    proc = _run_worker(redis_url, env={"AUTOWEB_PROBLEM_DIRS": str(OOM_PROBLEMS)})
     assert proc.returncode == 0, proc.stderr[-2000:]
 
     assert job.get_status(refresh=True) == "failed"
