@@ -458,10 +458,10 @@ def run(
             pump.settle_checks(close=True)  # none left once the loop has ended, unless it raised
         finally:
             child.close()
+    run_._oracles.clear()
+    if run_.pdev == "cuda":
+        torch.cuda.empty_cache()
     if pump.fault is not None:
-        run_._oracles.clear()
-        if run_.pdev == "cuda":
-            torch.cuda.empty_cache()
         raise pump.fault
     if any(cat == "crashed" for cat, _ in run_.failures):
         # Not the candidate's failure if the problem itself fails: checked here, once the child
@@ -470,9 +470,6 @@ def run(
         fault = next(filter(None, (run_.problem_fault(i) for i in at)), None)
         if fault:
             raise problems.ProblemError(f"{fault}; the candidate was not judged")
-    run_._oracles.clear()
-    if run_.pdev == "cuda":
-        torch.cuda.empty_cache()
     out = report()
     out["sandbox_dir"] = str(child.dir)
     if run_.pdev == "cuda":

@@ -139,18 +139,13 @@ def _read_raw(
     return raw, shape
 
 
-def _resource_error(e: BaseException, text: str) -> bool:
-    low = text.lower()
-    return (
-        isinstance(e, MemoryError | torch.OutOfMemoryError)
-        or "out of memory" in low
-        or "cuda" in low
-        or type(e).__name__ == "AcceleratorError"
-    )
-
-
 def _out_of_memory(e: BaseException) -> bool:
     return isinstance(e, MemoryError | torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def _resource_error(e: BaseException, text: str) -> bool:
+    """Out of memory, or a device error."""
+    return _out_of_memory(e) or "cuda" in text.lower() or type(e).__name__ == "AcceleratorError"
 
 
 class _WrongShape(ValueError):
