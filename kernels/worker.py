@@ -104,22 +104,20 @@ def evaluate_job(
     # only once no live worker names it (searches/orchestrator.py, DEAD_WORKER_S).
     _set_current_job(conn, job.id if job is not None else None)
     try:
-        # The harness failing on its own part (HarnessFault) is tried again here; still failing,
-        # it fails the job, and the orchestrator runs the evaluation again.
-        report = again_on_fault(
-            lambda: evaluate(
-                prob,
-                source,
-                device=dev,
-                tier=tier,
-                on_event=on_event,
-                pool=_pool,
-                budget_s=budget_s,
-                baselines_compiled=baselines_compiled,
-                timeout_s=timeout_s,
-                baselines=_baselines_for(conn) if baselines_compiled else None,
-                gpu_slots=_slots,
-            )
+        # The harness failing on its own part (HarnessFault) fails the job: the orchestrator
+        # runs a failed evaluation again (MAX_ATTEMPTS), as it does a lost one.
+        report = evaluate(
+            prob,
+            source,
+            device=dev,
+            tier=tier,
+            on_event=on_event,
+            pool=_pool,
+            budget_s=budget_s,
+            baselines_compiled=baselines_compiled,
+            timeout_s=timeout_s,
+            baselines=_baselines_for(conn) if baselines_compiled else None,
+            gpu_slots=_slots,
         )
     except problems.ProblemError as e:  # the problem failed on its own (the harness checked)
         return _usage_report(problem, str(e), dev)
@@ -152,15 +150,13 @@ def _timed_together(timer, problem: str, sources: list[str], **kw) -> list[dict]
             return {"error": str(e)}
         job = get_current_job()
         try:
-            out = again_on_fault(
-                lambda: timer(
-                    prob,
-                    sources,
-                    device=_device or devmod.resolve("auto"),
-                    pool=_pool,
-                    baselines=_baselines_for(job.connection if job is not None else None),
-                    **kw,
-                )
+            out = timer(
+                prob,
+                sources,
+                device=_device or devmod.resolve("auto"),
+                pool=_pool,
+                baselines=_baselines_for(job.connection if job is not None else None),
+                **kw,
             )
         except problems.ProblemError as e:  # the problem failed on its own (the harness checked)
             return {"error": str(e)}
@@ -195,9 +191,13 @@ def table_job(
     timeout_s: float | None = None,
 ) -> dict:
     """RQ job: time a search's chosen candidates and both baselines interleaved on every shape,
-    in one sandbox on this GPU: what the per-shape dispatch table is built from."""
-    return _timed_together(
-        time_together, problem, sources, tier=tier, timeout_s=timeout_s, budget_s=budget_s
+    in one sandbox on this GPU: what the per-shape dispatch table is built from. The harness
+    failing on its own part is tried again here (`again_on_fault`): the orchestrator runs a
+    failed evaluation, confirmation or re-validation job again, but not a table's."""
+    return again_on_fault(
+        lambda: _timed_together(
+            time_together, problem, sources, tier=tier, timeout_s=timeout_s, budget_s=budget_s
+        )
     )
 
 
@@ -236,16 +236,14 @@ def revalidate_job(
         return _usage_report(problem, str(e), dev)
     with _job():
         try:
-            report = again_on_fault(
-                lambda: revalidate(
-                    prob,
-                    source,
-                    device=dev,
-                    shape_range=shape_range,
-                    pool=_pool,
-                    budget_s=budget_s,
-                    timeout_s=timeout_s,
-                )
+            report = revalidate(
+                prob,
+                source,
+                device=dev,
+                shape_range=shape_range,
+                pool=_pool,
+                budget_s=budget_s,
+                timeout_s=timeout_s,
             )
         except problems.ProblemError as e:
             report = _usage_report(problem, str(e), dev)

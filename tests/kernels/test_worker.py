@@ -136,9 +136,9 @@ def test_a_problem_that_fails_on_its_own_is_reported_as_the_problems_fault(redis
 
 
 def test_a_job_the_harness_cannot_check_fails_as_a_job_never_as_a_verdict(redis_url):
-    # The worker's own process out of memory for every reference: after the worker's own
-    # attempts the job fails (HarnessFault), so the orchestrator runs it again like a lost job;
-    # no report rejects the candidate.
+    # The worker's own process out of memory for every reference: the job fails
+    # (HarnessFault), so the orchestrator runs it again like a lost job; no report rejects the
+    # candidate.
     conn = redis.Redis.from_url(redis_url)
     q = rq_queue(queue_name("interpret"), conn)
     job = q.enqueue(
