@@ -40,11 +40,12 @@ VERDICTS = ("accepted", "rejected")
 
 
 class HarnessFault(RuntimeError):
-    """The harness could not do its own part of an evaluation: its process ran out of memory
-    computing or comparing a reference, after waiting and trying again (other evaluations and
-    every candidate's process share the GPU). No verdict: the candidate is not to blame, and
-    the caller runs the evaluation again (`again_on_fault`; a worker's job fails, and is run
-    again as a lost one is)."""
+    """The harness could not judge the candidate: its process ran out of memory computing or
+    comparing a reference, after waiting and trying again, or the candidate's process ran out
+    of GPU memory because other processes had filled the GPU (other evaluations and every
+    candidate's process share it). No verdict: the candidate is not to blame, and the caller
+    runs the evaluation again (`again_on_fault`; a worker's job fails, and is run again as a
+    lost one is)."""
 
 
 # How many times an evaluation, a re-time or a table's timing is run in all while the harness

@@ -832,7 +832,13 @@ class _Pump:
         cat = msg.get("category") if msg.get("category") in FAILURES else "crashed"
         message = str(msg.get("message", ""))[:2000]
         if any(k in message.lower() for k in _OUT_OF_MEMORY):
-            message = "out of memory: " + message
+            crowded = rules.crowded_out(message, msg.get("gpu_memory"))
+            if crowded:
+                # Other processes had filled the GPU: no verdict, `run` raises it once the child
+                # is gone, and the caller runs the evaluation again (HarnessFault).
+                self.fault = self.fault or HarnessFault(f"{crowded}; the candidate was not judged")
+                return True
+            message = "out of memory: " + message + rules.gpu_memory_note(msg.get("gpu_memory"))
         self.run.fail(cat, message)
         self.run.notes.append(str(msg.get("tb", ""))[-2000:])
         return True

@@ -84,6 +84,25 @@ def blocking_sync() -> bool:
     return set_flags(dev, ctypes.c_uint(4)) == 0  # CU_CTX_SCHED_BLOCKING_SYNC
 
 
+def out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, MemoryError) or "out of memory" in str(e).lower()
+
+
+def gpu_memory() -> dict | None:
+    """The GPU's memory as this process sees it when it has run out of it, in bytes: the
+    device's `total` and `free`, and what this process's allocator holds (`own`: the
+    candidate's tensors and the harness's, including those the failed call still refers to).
+    The caller tells from it whether other processes had filled the GPU
+    (`kernels.harness.verdict.crowded_out`). None where the device cannot say."""
+    import torch
+
+    try:
+        free, total = torch.cuda.mem_get_info()
+        return {"total": int(total), "free": int(free), "own": int(torch.cuda.memory_reserved())}
+    except Exception:
+        return None
+
+
 def recv() -> dict:
     line = sys.stdin.readline()
     if not line:
@@ -142,7 +161,14 @@ def main(confined: dict | None = None) -> None:
         raise
     except BaseException as e:  # the candidate may raise anything, incl. KeyboardInterrupt
         kill_descendants()
-        send(t="error", category=_categorise(e), message=_msg(e), tb=traceback.format_exc()[-4000:])
+        memory = gpu_memory() if device == "cuda" and out_of_memory(e) else None
+        send(
+            t="error",
+            category=_categorise(e),
+            message=_msg(e),
+            tb=traceback.format_exc()[-4000:],
+            **({"gpu_memory": memory} if memory else {}),
+        )
         _wire.flush()
         os._exit(1)
     _wire.flush()
@@ -162,8 +188,6 @@ def _categorise(e: BaseException) -> str:
     # at run time, wrapped in InterpreterError.
     if name == "InterpreterError" and "memory" not in text.lower():
         return "compile_error"
-    if isinstance(e, MemoryError) or "out of memory" in text.lower():
-        return "crashed"
     return "crashed"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import statistics
 import threading
 import time
@@ -141,6 +142,81 @@ def _read_raw(
 
 def _out_of_memory(e: BaseException) -> bool:
     return isinstance(e, MemoryError | torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+# A CUDA context and the caching allocator's rounding: what a process needs of the GPU beyond the
+# memory its allocator reports (`crowded_out`).
+GPU_CONTEXT_MARGIN = 1 << 30
+_ASKED = re.compile(r"Tried to allocate ([0-9.]+) (bytes|B|KiB|MiB|GiB|TiB)")
+_UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _gpu_memory(memory: object) -> tuple[int, int, int] | None:
+    """(total, free, own) from the child's `gpu_memory` report (runner.gpu_memory), or None
+    where it is missing or does not add up."""
+    if not isinstance(memory, dict):
+        return None
+    try:
+        total, free, own = (int(memory[k]) for k in ("total", "free", "own"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if total <= 0 or not 0 <= free <= total or not 0 <= own <= total - free:
+        return None
+    return total, free, own
+
+
+def gpu_memory_note(memory: object) -> str:
+    """What the GPU held when the sandboxed process ran out of its memory, for a rejection's
+    reason ("" where the child did not say)."""
+    parts = _gpu_memory(memory)
+    if parts is None:
+        return ""
+    total, free, own = parts
+    return (
+        f" (the GPU's {_gib(total)}: the sandboxed process held {_gib(own)}, "
+        f"other processes {_gib(total - free - own)}, {_gib(free)} free)"
+    )
+
+
+def crowded_out(message: str, memory: object) -> str | None:
+    """Why a GPU out-of-memory error of the sandboxed process (its `message`, and `memory`, the
+    child's `gpu_memory` report) is no fault of the candidate's, or None where it is its own.
+
+    Other processes (other evaluations' sandboxes and this one's references) had filled the GPU
+    when the process held less of it than all of them together, and what it held and asked for
+    (torch's "Tried to allocate") would have fit on the GPU with nothing else on it. Where the
+    request's size is not in the message, the GPU must also have been full (less than
+    GPU_CONTEXT_MARGIN free). A process holding as much as every other together, asking for more
+    than the whole GPU, or not saying, fails as the candidate's own: `crashed`, as before.
+
+    The report comes from the candidate's process: a candidate that forges it gains no verdict,
+    only an evaluation that is run again and, failing each time, is not judged."""
+    parts = _gpu_memory(memory)
+    if parts is None:
+        return None
+    total, free, own = parts
+    others = total - free - own
+    if own >= others:
+        return None
+    found = _ASKED.search(message)
+    if found is None:
+        if free >= GPU_CONTEXT_MARGIN:
+            return None
+        asked_text = "what it asked for"
+    else:
+        asked = float(found.group(1)) * _UNITS[found.group(2)]
+        if own + asked + GPU_CONTEXT_MARGIN > total:
+            return None
+        asked_text = _gib(asked)
+    return (
+        f"the sandboxed process ran out of GPU memory while other processes held "
+        f"{_gib(others)} of the GPU's {_gib(total)}: it held {_gib(own)} and asked for "
+        f"{asked_text} more, which would have fit on the GPU alone"
+    )
 
 
 def _resource_error(e: BaseException, text: str) -> bool:
@@ -432,7 +508,15 @@ def on_verified(run: Run, msg: dict, root: Path) -> None:
         if not any("stream" in p for p in probs):
             run.check("side_streams", True, "output final when the calling stream finished")
         if facts.get("graph_error") and "out of memory" in facts["graph_error"].lower():
-            why = f"{label}: out of memory during CUDA-graph capture: {facts['graph_error']}"
+            crowded = crowded_out(facts["graph_error"], facts.get("graph_memory"))
+            if crowded:
+                raise HarnessFault(
+                    f"{label}: CUDA-graph capture: {crowded}; the candidate was not judged"
+                )
+            why = (
+                f"{label}: out of memory during CUDA-graph capture: {facts['graph_error']}"
+                + gpu_memory_note(facts.get("graph_memory"))
+            )
             run.check("cuda_graph", False, why)
             run.fail("crashed", why)
         elif facts.get("graph_error"):

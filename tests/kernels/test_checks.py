@@ -230,6 +230,64 @@ def test_a_caller_out_of_memory_every_time_is_the_harness_fault_never_a_verdict(
     assert all(c.proc.poll() is not None for c in list(sandbox._LIVE) if hasattr(c, "proc"))
 
 
+GIB = 1 << 30
+# The child's report when it ran out of GPU memory (runner.gpu_memory): on an 80 GiB GPU, other
+# processes held nearly all of it, or it held most of it itself.
+SQUEEZED = {"total": 80 * GIB, "free": GIB // 2, "own": 3 * GIB // 2}
+HOG = {"total": 80 * GIB, "free": GIB // 2, "own": 70 * GIB}
+ASKS_2_GIB = "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has ..."
+
+
+def test_a_child_squeezed_out_of_gpu_memory_by_others_is_a_fault_never_a_verdict():
+    # Other evaluations' sandboxes had filled the GPU: the candidate is not judged, and the
+    # run raises HarnessFault once the child is gone (`run`), to be run again.
+    pump = _Pump(_run(), None, EvaluationRequest("softmax", (SEED,)), {}, 1)
+
+    assert pump.error({"t": "error", "message": ASKS_2_GIB, "gpu_memory": SQUEEZED}) is True
+    assert pump.run.failures == []
+    assert isinstance(pump.fault, HarnessFault)
+    assert "other processes held 78.0 GiB" in str(pump.fault)
+    assert str(pump.fault).endswith("the candidate was not judged")
+
+
+@pytest.mark.parametrize("memory", [HOG, None], ids=["held-most-of-it", "no-report"])
+def test_a_child_out_of_gpu_memory_on_its_own_account_is_crashed(memory: dict | None):
+    pump = _Pump(_run(), None, EvaluationRequest("softmax", (SEED,)), {}, 1)
+    msg = {"t": "error", "message": ASKS_2_GIB, **({"gpu_memory": memory} if memory else {})}
+
+    assert pump.error(msg) is True
+    assert pump.fault is None
+    [(category, why)] = pump.run.failures
+    assert category == "crashed" and why.startswith("out of memory: OutOfMemoryError")
+    assert ("the sandboxed process held 70.0 GiB" in why) == (memory is not None)
+
+
+def _graph_capture_out_of_memory(memory: dict) -> tuple[verdict.Run, dict]:
+    problem = problems.load("softmax")
+    shapes = problem.shapes("smoke")[:1]
+    run = verdict.Run(problem, "cuda", shapes, _seeds(1), torch.float32, None)
+    facts = {"graph_error": ASKS_2_GIB, "graph_memory": memory}
+    return run, {"t": "verified", "i": 0, "outputs": {}, "facts": facts}
+
+
+def test_a_graph_capture_squeezed_out_of_gpu_memory_is_a_fault_never_a_verdict(tmp_path: Path):
+    run, msg = _graph_capture_out_of_memory(SQUEEZED)
+
+    with pytest.raises(HarnessFault, match=r"CUDA-graph capture: .* other processes held 78.0"):
+        verdict.on_verified(run, msg, tmp_path)
+    assert run.failures == []
+
+
+def test_a_graph_capture_out_of_gpu_memory_on_its_own_account_is_crashed(tmp_path: Path):
+    run, msg = _graph_capture_out_of_memory(HOG)
+
+    verdict.on_verified(run, msg, tmp_path)
+
+    [(category, why)] = run.failures
+    assert category == "crashed" and "out of memory during CUDA-graph capture" in why
+    assert "the sandboxed process held 70.0 GiB" in why
+
+
 def test_any_other_error_of_a_reference_is_not_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -199,3 +199,59 @@ def test_a_bad_reference_slots_setting_stops_the_process_at_start(raw, message) 
     )
     assert res.returncode != 0
     assert message in res.stderr
+
+
+GIB = 1 << 30
+
+
+def _memory(total: float, free: float, own: float) -> dict:
+    return {"total": int(total * GIB), "free": int(free * GIB), "own": int(own * GIB)}
+
+
+ASKS_2_GIB = "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has ..."
+
+
+def test_a_process_squeezed_out_by_others_is_crowded_out_not_at_fault():
+    why = verdict.crowded_out(ASKS_2_GIB, _memory(80, 0.5, 1.5))
+
+    assert why is not None
+    assert "other processes held 78.0 GiB of the GPU's 80.0 GiB" in why
+    assert "it held 1.5 GiB and asked for 2.0 GiB more" in why
+
+
+@pytest.mark.parametrize(
+    ("message", "memory", "whose"),
+    [
+        # It held as much as every other process together: its own hunger.
+        (ASKS_2_GIB, _memory(80, 0.5, 40), "hog"),
+        (ASKS_2_GIB, _memory(80, 0.5, 79.5), "hog"),
+        # What it held and asked for would not fit even on the GPU alone.
+        ("CUDA out of memory. Tried to allocate 79.00 GiB.", _memory(80, 30, 1), "too big"),
+        ("CUDA out of memory. Tried to allocate 1.5 TiB.", _memory(80, 0, 1), "too big"),
+        # No size in the message, and the GPU still had room: nothing tells it was crowded.
+        ("CUDA error: out of memory", _memory(80, 4, 1), "unknown"),
+        # The child said nothing, or something that does not add up.
+        (ASKS_2_GIB, None, "no report"),
+        (ASKS_2_GIB, {"total": 80 * GIB, "free": GIB}, "no report"),
+        (ASKS_2_GIB, {"total": "80", "free": "x", "own": 1}, "no report"),
+        (ASKS_2_GIB, _memory(80, 60, 30), "no report"),  # free + own beyond the total
+        (ASKS_2_GIB, _memory(80, -1, 1), "no report"),
+        (ASKS_2_GIB, _memory(0, 0, 0), "no report"),
+    ],
+)
+def test_an_out_of_memory_error_stays_the_candidates_own_unless_others_filled_the_gpu(
+    message: str, memory: dict | None, whose: str
+):
+    assert verdict.crowded_out(message, memory) is None, whose
+
+
+def test_without_a_size_a_full_gpu_of_others_memory_is_crowded():
+    assert verdict.crowded_out("CUDA error: out of memory", _memory(80, 0.2, 1)) is not None
+
+
+def test_the_reason_of_a_candidates_own_out_of_memory_says_what_the_gpu_held():
+    assert verdict.gpu_memory_note(_memory(80, 0.5, 70)) == (
+        " (the GPU's 80.0 GiB: the sandboxed process held 70.0 GiB, other processes 9.5 GiB, "
+        "0.5 GiB free)"
+    )
+    assert verdict.gpu_memory_note(None) == ""
