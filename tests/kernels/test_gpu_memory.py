@@ -23,7 +23,14 @@ WITH_SCRATCH = SEED.replace(
     "device=x.device)\n    scratch.zero_()\n",
     1,
 )
-OOM = (ROOT / "tests" / "fixtures" / "exploits" / "oom.py").read_text()
+# A softmax that first takes the GPU's memory 1 GiB at a time, up to 1 TiB: more than any GPU
+# has. Bounded, so that its compile-only pass on meta tensors, which take no memory, ends.
+HOG = SEED.replace(
+    "    y = torch.empty_like(x)\n",
+    "    y = torch.empty_like(x)\n    hoard = [torch.ones(1 << 28, dtype=torch.float32, "
+    "device=x.device) for _ in range(1024)]\n",
+    1,
+)
 
 
 @pytest.mark.gpu
@@ -51,7 +58,8 @@ def test_a_candidate_squeezed_out_by_other_processes_is_not_judged_and_passes_wi
 
 @pytest.mark.gpu
 def test_a_candidate_that_fills_the_gpu_itself_is_crashed_with_what_it_held():
-    report = evaluate("softmax", OOM, device="cuda", tier="smoke")
+    assert "hoard = " in HOG
+    report = evaluate("softmax", HOG, device="cuda", tier="smoke")
 
     assert report["verdict"] == "rejected"
     assert report["failure"] == "crashed", report["reasons"]
