@@ -502,7 +502,7 @@ def verify_shape(
         except Exception as e:  # capture refused: syncs, host reads, side streams ...
             torch.cuda.synchronize()
             facts["graph_error"] = f"{type(e).__name__}: {e}"[:500]
-            if runner.out_of_memory(e):
+            if runner.gpu_out_of_memory(e):
                 facts["graph_memory"] = runner.gpu_memory()
     changed = snap.changes()
     if changed:

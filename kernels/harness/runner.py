@@ -84,8 +84,15 @@ def blocking_sync() -> bool:
     return set_flags(dev, ctypes.c_uint(4)) == 0  # CU_CTX_SCHED_BLOCKING_SYNC
 
 
-def out_of_memory(e: BaseException) -> bool:
-    return isinstance(e, MemoryError) or "out of memory" in str(e).lower()
+def gpu_out_of_memory(e: BaseException) -> bool:
+    """The GPU's memory ran out: torch's OutOfMemoryError, or CUDA's own "out of memory" error.
+    Host memory running out (MemoryError) is not this."""
+    import torch
+
+    if isinstance(e, torch.OutOfMemoryError):
+        return True
+    text = str(e).lower()
+    return "out of memory" in text and "cuda" in text
 
 
 def gpu_memory() -> dict | None:
@@ -161,7 +168,7 @@ def main(confined: dict | None = None) -> None:
         raise
     except BaseException as e:  # the candidate may raise anything, incl. KeyboardInterrupt
         kill_descendants()
-        memory = gpu_memory() if device == "cuda" and out_of_memory(e) else None
+        memory = gpu_memory() if device == "cuda" and gpu_out_of_memory(e) else None
         send(
             t="error",
             category=_categorise(e),

@@ -255,3 +255,15 @@ def test_the_reason_of_a_candidates_own_out_of_memory_says_what_the_gpu_held():
         "0.5 GiB free)"
     )
     assert verdict.gpu_memory_note(None) == ""
+
+
+def test_the_child_reports_the_gpus_memory_for_gpu_out_of_memory_errors_only():
+    import torch
+
+    from kernels.harness import runner
+
+    assert runner.gpu_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to ..."))
+    assert runner.gpu_out_of_memory(RuntimeError("CUDA error: out of memory"))
+    assert not runner.gpu_out_of_memory(MemoryError())  # the host's memory
+    assert not runner.gpu_out_of_memory(RuntimeError("out of memory"))
+    assert not runner.gpu_out_of_memory(RuntimeError("CUDA error: an illegal memory access"))
