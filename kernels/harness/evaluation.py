@@ -640,9 +640,10 @@ class _Pump:
     def _unhandled(self, t: str, e: Exception) -> None:
         # A message of the wrong form (the child wrote it), or this process's own work on it
         # failed (a reference it could not compute): a rejection either way, with the error,
-        # never an evaluation that ends in a traceback. Except where this process ran out of
-        # memory for its own work (HarnessFault): no verdict, `run` raises it once the child
-        # is gone.
+        # never an evaluation that ends in a traceback. Except where the harness could not
+        # judge (HarnessFault: this process out of memory for its own work, or the child's
+        # CUDA-graph capture squeezed out by other processes): no verdict, `run` raises it once
+        # the child is gone.
         if isinstance(e, HarnessFault):
             self.fault = self.fault or e
             return
