@@ -9,13 +9,16 @@ CUDA-graph capture, tampering with torch/triton/timers/the harness, timings.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import importlib.util
 import json
 import math
 import os
 import random
+import signal
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable
@@ -721,39 +724,128 @@ def time_shape(i, shape, spec, problem, cands: list[Candidate], send, compiled_c
     measure_shape(prepare_shape(i, shape, spec, problem, cands, compiled_cache), spec, cands, send)
 
 
-def precompile_candidates(problem, shapes, spec, cands) -> int:
+# CPU seconds a candidate's own code may spend in one call of the compile-only pass, outside
+# Triton's compiler (`HostClock`). On meta tensors its host code does nothing but compute
+# sizes and launch: an honest call takes milliseconds.
+HOST_CODE_BUDGET_S = 10.0
+
+
+class HostCodeTooLong(BaseException):
+    """Raised into a candidate's code that ran past `HostClock`'s budget. A BaseException, so
+    that the candidate's own `except Exception` lets it through."""
+
+
+class HostClock:
+    """Bounds the CPU seconds a candidate's own code spends in one call, outside Triton's
+    compiler. While `call()` is open, a SIGALRM every `tick_s` seconds of wall time looks, on
+    the main thread between two bytecodes, at this process's CPU time since the call began
+    less what was spent inside `compiling()`, and past `budget_s` raises HostCodeTooLong into
+    the call. CPU time, not wall time, so that a host busy with other sandboxes does not cut an
+    honest call short; compiles are exempt, since a configuration may honestly compile for tens
+    of seconds (the caller's compile budget bounds those). Off the main thread it bounds
+    nothing: signals reach only the main thread."""
+
+    def __init__(self, budget_s: float = HOST_CODE_BUDGET_S, tick_s: float = 0.5) -> None:
+        self.budget_s = budget_s
+        self.tick_s = tick_s
+        self._start = 0.0
+        self._compile_s = 0.0
+        self._depth = 0
+        self._since = 0.0  # when the outermost compile in progress began
+
+    def used(self) -> float:
+        """CPU seconds of the open call so far, outside the compiler."""
+        compiling = time.process_time() - self._since if self._depth else 0.0
+        return time.process_time() - self._start - self._compile_s - compiling
+
+    @contextlib.contextmanager
+    def call(self):
+        self._start, self._compile_s, self._depth = time.process_time(), 0.0, 0
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        before = signal.signal(signal.SIGALRM, self._tick)
+        signal.siginterrupt(signal.SIGALRM, False)  # system calls resume after a tick
+        signal.setitimer(signal.ITIMER_REAL, self.tick_s, self.tick_s)
+        try:
+            yield
+        finally:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            finally:
+                signal.signal(signal.SIGALRM, before)
+
+    @contextlib.contextmanager
+    def compiling(self):
+        if self._depth == 0:
+            self._since = time.process_time()
+        self._depth += 1
+        try:
+            yield
+        finally:
+            if self._depth == 1:
+                self._compile_s += time.process_time() - self._since
+            self._depth -= 1
+
+    def _tick(self, signum, frame) -> None:
+        if self._depth == 0 and self.used() > self.budget_s:
+            raise HostCodeTooLong(
+                f"over {self.budget_s:g} CPU seconds in its own code, outside Triton's compiler"
+            )
+
+
+def precompile_candidates(problem, shapes, spec, cands, clock: HostClock | None = None) -> int:
     """Compile the candidates' Triton kernels for every shape without launching anything.
 
     Runs before this child asks for the GPU, so compilation (CPU work) overlaps with other
     candidates being timed. Inputs are meta tensors (no memory, no kernels) and Triton's launch
     is turned into `warmup=True` (compile only) for the duration. Best effort: whatever fails
     here is simply compiled at its first real call during verification.
+
+    Each call is bounded by `clock` (a `HostClock` by default): a call whose own code loops for
+    ever on meta tensors (an endless loop, or allocations that take no memory there) raises
+    HostCodeTooLong, naming the shape, rather than holding its place until the compile budget
+    or the timeout. Its host code would do the same on the GPU's tensors, where its shared hold
+    of the GPU would keep every timing phase waiting.
     """
     from triton.runtime.jit import JITFunction
 
     dtype = getattr(torch, spec["dtype"])
     orig = JITFunction.run
+    clock = clock or HostClock()
 
     def compile_only(self, *args, grid, warmup, **kwargs):
-        return orig(self, *args, grid=grid, warmup=True, **kwargs)
+        with clock.compiling():
+            return orig(self, *args, grid=grid, warmup=True, **kwargs)
 
     compiled = 0
     JITFunction.run = compile_only
     try:
-        for shape in shapes:
+        for i, shape in enumerate(shapes):
             try:
                 inputs = problem.module.make_inputs(shape, dtype, "meta", None)
             except Exception:
                 continue
             for c in cands:
                 try:
-                    c.mod.kernel(*inputs)
+                    with clock.call():
+                        c.mod.kernel(*inputs)
                     compiled += 1
+                except HostCodeTooLong as e:
+                    raise HostCodeTooLong(
+                        f"the candidate's kernel ran {e}, in one call on shape {i} "
+                        f"({_shape_text(shape)}) with meta tensors (sizes, no data) before it "
+                        "was given the GPU; it was stopped there (an endless loop?)"
+                    ) from None
                 except Exception:
                     pass
     finally:
         JITFunction.run = orig
     return compiled
+
+
+def _shape_text(shape: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in shape.items())[:200]
 
 
 def precompile_baseline(problem, shapes, spec) -> dict:
@@ -845,11 +937,10 @@ def run(spec: dict, send, recv) -> None:
 
     shapes = spec["shapes"]
     if device == "cuda" and spec.get("precompile", True):
-        send(
-            t="progress",
-            phase="compiling",
-            precompiled=precompile_candidates(problem, shapes, spec, cands),
-        )
+        # A call stopped by its bound raises HostCodeTooLong out of here: runner.main kills
+        # what the candidate started and reports it, a `timeout`.
+        precompiled = precompile_candidates(problem, shapes, spec, cands)
+        send(t="progress", phase="compiling", precompiled=precompiled)
     if device == "cuda":
         send(t="want_gpu", shared=True)  # verification runs kernels: share the GPU
         if not recv().get("go"):

@@ -189,6 +189,8 @@ def _msg(e: BaseException) -> str:
 def _categorise(e: BaseException) -> str:
     name = type(e).__name__
     text = str(e)
+    if name == "HostCodeTooLong":  # kernels.harness.childrun.HostClock stopped the candidate
+        return "timeout"
     if "CompilationError" in name or "CompileTimeAssertionFailure" in name:
         return "compile_error"
     # The CPU interpreter raises language-level errors (what the GPU compiler would reject)

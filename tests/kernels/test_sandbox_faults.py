@@ -87,9 +87,12 @@ def _gone(pid: int, create_time: float) -> bool:
         return True
 
 
-def _evaluate_watched(pool: Pool, source: str, **kw) -> tuple[dict, float, dict]:
+def _evaluate_watched(
+    pool: Pool | None, source: str, device: str = "interpret", **kw
+) -> tuple[dict, float, dict]:
     """Evaluate with static checks off while recording every descendant process we see."""
-    _warm(pool)
+    if pool is not None:
+        _warm(pool)
     me = psutil.Process()
     seen: dict[int, tuple[float, str, str]] = {}
     stop = threading.Event()
@@ -115,7 +118,7 @@ def _evaluate_watched(pool: Pool, source: str, **kw) -> tuple[dict, float, dict]
         report = evaluate(
             "softmax",
             source,
-            device="interpret",
+            device=device,
             pool=pool,
             skip_static_checks=True,
             timeout_s=kw.pop("timeout_s", TIMEOUT_S),
@@ -188,6 +191,27 @@ def test_a_hanging_candidate_with_a_daemon_in_its_own_session_is_killed_whole(
     assert elapsed < timeout_s + GRACE_S
     _assert_tree_gone(report, seen)
     _assert_serves_the_seed(pool)
+
+
+@pytest.mark.gpu
+def test_on_cuda_a_kernel_that_runs_on_is_stopped_before_the_gpu_and_killed_whole() -> None:
+    # The same daemon and endless loop on CUDA: the child's compile-only pass calls the kernel
+    # on meta tensors first and stops the call at its bound on the candidate's own CPU time
+    # (kernels.harness.childrun.HostClock), long before the timeout, and what the candidate
+    # started is killed with it.
+    source = (EXPLOITS / "fork_children.py").read_text()
+    source = re.sub(r"\n    return y\n?$", "\n    while True:\n        pass\n", source)
+
+    report, elapsed, seen = _evaluate_watched(
+        None, source, device="cuda", tier="smoke", timeout_s=TIMEOUT_S
+    )
+
+    assert report["failure"] == "timeout", report["reasons"]
+    assert "outside triton's compiler" in _reasons(report), report["reasons"]
+    assert "on shape 0 (" in _reasons(report), report["reasons"]
+    assert any("sleep 600" in cmd for _, cmd, _ in seen.values()), "no daemon seen in the tree"
+    assert elapsed < TIMEOUT_S / 2  # the bound, not the timeout
+    _assert_tree_gone(report, seen)
 
 
 _WORKER_SCRIPT = """
