@@ -202,15 +202,19 @@ def test_on_cuda_a_kernel_that_runs_on_is_stopped_before_the_gpu_and_killed_whol
     source = (EXPLOITS / "fork_children.py").read_text()
     source = re.sub(r"\n    return y\n?$", "\n    while True:\n        pass\n", source)
 
+    timeout_s = 2 * TIMEOUT_S
     report, elapsed, seen = _evaluate_watched(
-        None, source, device="cuda", tier="smoke", timeout_s=TIMEOUT_S
+        None, source, device="cuda", tier="smoke", timeout_s=timeout_s
     )
 
     assert report["failure"] == "timeout", report["reasons"]
     assert "outside triton's compiler" in _reasons(report), report["reasons"]
     assert "on shape 0 (" in _reasons(report), report["reasons"]
     assert any("sleep 600" in cmd for _, cmd, _ in seen.values()), "no daemon seen in the tree"
-    assert elapsed < TIMEOUT_S / 2  # the bound, not the timeout
+    # Stopped by the bound, not the timeout (whose reason says "no result within"). The wall
+    # time says little: on an H100 host running eight test processes the bound's 10 CPU
+    # seconds, the child's start and its first compile once took 50 s.
+    assert elapsed < timeout_s
     _assert_tree_gone(report, seen)
 
 

@@ -287,29 +287,81 @@ def test_without_slots_a_run_reports_no_slot_wait() -> None:
     assert not pump.slotted and "slot_s" not in pump.waited
 
 
+class _RecordedSlots:
+    """One GPU slot (`evaluate(..., gpu_slots=)`) that records when each evaluation asked for it,
+    got it and gave it back. The test holds it first (`held`)."""
+
+    def __init__(self) -> None:
+        self._sem = threading.Semaphore(1)
+        self._lock = threading.Lock()
+        self.asked: list[float] = []
+        self.got: list[tuple[float, float]] = []  # (asked, got), in the order they got it
+        self.released: list[float] = []
+
+    def acquire(self) -> bool:
+        asked = time.monotonic()
+        with self._lock:
+            self.asked.append(asked)
+        self._sem.acquire()
+        with self._lock:
+            self.got.append((asked, time.monotonic()))
+        return True
+
+    def release(self) -> None:
+        with self._lock:
+            self.released.append(time.monotonic())
+        self._sem.release()
+
+    def hold(self) -> None:
+        self._sem.acquire()
+
+    def let_go(self) -> float:
+        let_go = time.monotonic()
+        self._sem.release()
+        return let_go
+
+
 @pytest.mark.gpu
 def test_evaluations_beyond_the_gpu_slots_wait_after_compiling(tmp_path: Path) -> None:
-    # One slot, two evaluations in flight: both load and compile at once, one verifies and
-    # times while the other waits for the slot; the wait is the caller's queue, reported, and
-    # both are judged as they would be alone.
+    # One slot, two evaluations in flight: both load and compile at once and ask for the slot
+    # only then; while one verifies and times, the other waits. The wait is the caller's queue,
+    # reported, and both are judged as they would be alone. The test holds the slot until both
+    # have asked, so that the second's wait does not depend on how the two compiles overlap.
     cache = BaselineCache(tmp_path)
     evaluate("softmax", SEED, device="cuda", tier="smoke", baselines=cache)  # measures them
-    slots = threading.Semaphore(1)
+    slots = _RecordedSlots()
+    slots.hold()
 
     with ThreadPoolExecutor(2) as pool:
-        reports = list(
-            pool.map(
-                lambda _: evaluate(
-                    "softmax", SEED, device="cuda", tier="smoke", baselines=cache, gpu_slots=slots
-                ),
-                range(2),
+        futures = [
+            pool.submit(
+                evaluate,
+                "softmax",
+                SEED,
+                device="cuda",
+                tier="smoke",
+                baselines=cache,
+                gpu_slots=slots,
             )
-        )
+            for _ in range(2)
+        ]
+        deadline = time.monotonic() + 120
+        while len(slots.asked) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(slots.asked) == 2, "both evaluations should have compiled and asked"
+        assert not slots.got  # nothing got onto the GPU before compiling ended, for either
+        opened = slots.let_go()
+        reports = [f.result() for f in futures]
 
     assert [r["verdict"] for r in reports] == ["accepted", "accepted"], reports
-    waits = sorted(r["gpu_wait"]["slot_s"] for r in reports)
-    assert waits[0] < 0.1 and waits[1] > 0.2, waits  # the second waited for the first's stage
-    assert slots.acquire(blocking=False)  # given back
+    (asked1, got1), (asked2, got2) = slots.got
+    assert got1 >= opened
+    assert got2 >= slots.released[0]  # the second got the slot once the first gave it back
+    assert asked2 < slots.released[0]  # ... having asked for it while the first held it
+    recorded = sorted(round(got - asked, 3) for asked, got in slots.got)
+    reported = sorted(r["gpu_wait"]["slot_s"] for r in reports)
+    assert reported == pytest.approx(recorded, abs=0.05), (reported, recorded)
+    assert len(slots.released) == 2  # both given back
 
 
 @pytest.mark.gpu
