@@ -222,7 +222,7 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
             for k in (
                 *("shared_s", "exclusive_s", "check_s", "holds", "slot_s", "reference_s"),
                 *("held_shared_s", "held_exclusive_s", "held_shared_max_s"),
-                *("held_check_s", "held_check_max_s"),
+                *("held_check_s", "held_check_max_s", "references_ahead", "ahead_s"),
             )
         },
         "host_cpu": load.summary(),

@@ -541,6 +541,11 @@ class _Pump:
     _checks: concurrent.futures.ThreadPoolExecutor | None = None
     _pending: list[concurrent.futures.Future] = field(default_factory=list)
     checks_failed: bool = False  # a check raised: the run is over (`_check`)
+    # While the child loads and compiles, the checks' thread computes the shapes' references
+    # ahead of their reports (`_ahead`), one shape at a time behind the checks that came
+    # meanwhile, until the first settling of the checks stops it.
+    _prefetching: bool = False
+    _queue: threading.Lock = field(default_factory=threading.Lock)  # _prefetching, _pending
     fault: HarnessFault | None = None  # this process's own work failed: no verdict (`run`)
     _count: threading.Lock = field(default_factory=threading.Lock)  # waited, held, holds
 
@@ -563,6 +568,7 @@ class _Pump:
         compiled = False
         done = False
         self.deadline = deadline
+        self.start_references_ahead()
         while not done and not self.stopped:
             until = self.until
             msg = self.child.next(until if compiled else min(until, compile_deadline))
@@ -659,13 +665,49 @@ class _Pump:
         except Exception as e:
             self._unhandled("verified", e)
             self.checks_failed = True  # the loop ends the run at the next message
+        finally:
+            i = msg.get("i")
+            if type(i) is int:
+                self.run.checked(i)
+
+    def start_references_ahead(self) -> None:
+        """When the child will verify: the first shape's references computed ahead
+        (`rules.Run.reference_ahead`), on the checks' thread."""
+        if not (
+            self.request.verify
+            and self.n_sources
+            and not self.request.extra.get("profile")
+            and rules.references_ahead_enabled(self.run.pdev)
+        ):
+            return
+        self._checks = concurrent.futures.ThreadPoolExecutor(1, "autoweb-checks")
+        with self._queue:
+            self._prefetching = True
+            self._pending.append(self._checks.submit(self._ahead, 0))
+
+    def _ahead(self, i: int) -> None:
+        """Shape i's references computed ahead, then the next shape queued behind the checks
+        that came meanwhile. Best effort: what fails here the check computes itself, and judges
+        (a problem whose reference raises, this process out of memory)."""
+        if not self._prefetching or self.run.failures or self.fault is not None:
+            return
+        try:
+            go = self.run.reference_ahead(i)
+        except Exception:
+            go = False
+        with self._queue:
+            if go and self._prefetching and i + 1 < len(self.run.shapes):
+                self._pending.append(self._checks.submit(self._ahead, i + 1))
 
     def settle_checks(self, close: bool = False) -> None:
-        """Wait for the checks submitted so far (they never raise: `_check`); `close` ends their
-        thread too. Never called while this process holds the GPU for the child: a check may be
-        waiting for a timing phase that waits for that hold."""
+        """Wait for the checks submitted so far (they never raise: `_check`), first stopping the
+        references computed ahead; `close` ends their thread too. Never called while this
+        process holds the GPU for the child: a check may be waiting for a timing phase that
+        waits for that hold."""
         assert self.lock is None, "checks settled while the child's hold is kept"
-        pending, self._pending = self._pending, []
+        with self._queue:
+            self._prefetching = False
+            pending, self._pending = self._pending, []
         for fut in pending:
             fut.result()
         if close and self._checks is not None:
@@ -737,9 +779,15 @@ class _Pump:
 
     def gpu_wait(self) -> dict:
         with self._count:
-            waited = {**self.waited, "reference_s": self.run.reference_wait if self.run else 0.0}
+            run = self.run
+            waited = {
+                **self.waited,
+                "reference_s": run.reference_wait - run.ahead_wait if run else 0.0,
+                **({"ahead_s": run.ahead_wait} if run and run.ahead_computed else {}),
+            }
             held = {f"held_{k}": round(v, 3) for k, v in self.held.items()}
-        return {**{k: round(v, 3) for k, v in waited.items()}, "holds": self.holds, **held}
+        ahead = {"references_ahead": run.ahead_computed} if run and run.ahead_computed else {}
+        return {**{k: round(v, 3) for k, v in waited.items()}, "holds": self.holds, **held, **ahead}
 
     def share_gpu_and_verify_timed(self) -> None:
         # The exclusive phase is over: the timed outputs are compared with their references

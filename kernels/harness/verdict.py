@@ -67,6 +67,21 @@ _REFERENCE_SLOTS = threading.BoundedSemaphore(
 REFERENCE_MEMORY_FACTOR = 4
 REFERENCE_MEMORY_SHARE = 0.25
 
+# The references a shape's verification is checked against, computed ahead while the child
+# loads and compiles (`Run.reference_ahead`): only those compared on the host
+# (`HOST_COMPARE_MAX`), kept in host memory until their shape is checked, at most this many
+# bytes of them per evaluation.
+AHEAD_HOST_BYTES = 256 << 20
+_AHEAD_WHICHS = ("first", "second", "final")
+
+
+def references_ahead_enabled(pdev: str) -> bool:
+    """AUTOWEB_REFERENCES_AHEAD: unset, on a GPU only (on the CPU the references ahead take
+    the cores the child runs on, and an evaluation that fails early wastes them); `1`, on the
+    CPU too; `0`, never."""
+    setting = os.environ.get("AUTOWEB_REFERENCES_AHEAD", "")
+    return setting == "1" or (setting != "0" and pdev == "cuda")
+
 
 class MemoryBudget:
     """Bytes that the work in flight may take at once, handed out first come, first served: a
@@ -267,6 +282,13 @@ class Run:
         # Seconds waited for one of this process's reference slots (`_REFERENCE_SLOTS`): with
         # many evaluations in flight in one process, their references queue there.
         self.reference_wait = 0.0
+        # References computed ahead of their shape's check (`reference_ahead`): their keys,
+        # the host bytes they hold, and how many of them the checks found ready.
+        self._ahead: set[tuple[int, str]] = set()
+        self._ahead_bytes = 0
+        self._checked: set[int] = set()  # shapes whose `verified` report was checked
+        self.ahead_computed = 0
+        self.ahead_wait = 0.0  # seconds of `reference_wait` that were the work ahead's
 
     def on_event(self, event: dict) -> None:
         """Tell the caller of progress. Progress is for the caller's display and pacing: its
@@ -311,7 +333,11 @@ class Run:
             else:
                 seed = self.seeds[i][which]
             inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
-            self._oracles = {k: v for k, v in self._oracles.items() if k[0] == i}
+            # Another shape's references go, but for those computed ahead (on the host, until
+            # their shape is checked).
+            self._oracles = {
+                k: v for k, v in self._oracles.items() if k[0] == i or k in self._ahead
+            }
             ref = self.problem.oracle(*inputs)
             if ref.numel() <= HOST_COMPARE_MAX:
                 # Compared on the host: a few dozen launches and a synchronisation fewer on a
@@ -372,6 +398,8 @@ class Run:
                 why = f"{what}: this process ran out of memory: {type(e).__name__}: {e}"[:400]
             # Past the handler, the error's frames and the tensors they held are gone.
             self._oracles.clear()
+            self._ahead.clear()
+            self._ahead_bytes = 0
             if self.pdev == "cuda":
                 torch.cuda.empty_cache()
             if wait is None:
@@ -393,6 +421,54 @@ class Run:
         except Exception:
             return 0
         return int(REFERENCE_MEMORY_FACTOR * nbytes) if math.isfinite(nbytes) else 0
+
+    def reference_ahead(self, i: int) -> bool:
+        """Shape i's verification references (the inputs of the child's first and second
+        calls and of its graph replay), computed now, before the child reports the shape: while
+        it loads, compiles and waits for a GPU slot this process would otherwise be idle, and
+        then compute each reference after the shape's report, while the child's timing phase
+        waits for the checks to settle.
+        Only references small enough to be compared on the host, within `AHEAD_HOST_BYTES`;
+        nothing for a shape already checked. Returns False once nothing more should be
+        computed ahead (the bytes are spent); raises what computing them raised (the check
+        then computes them itself, and judges what it raises)."""
+        if i in self._checked or all((i, w) in self._oracles for w in _AHEAD_WHICHS):
+            return True
+        numel = self._output_numel(i)
+        if numel is None or numel > HOST_COMPARE_MAX:
+            return True  # compared on the GPU: computed when checked, not kept meanwhile
+        nbytes = len(_AHEAD_WHICHS) * numel * 8
+        if self._ahead_bytes + nbytes > AHEAD_HOST_BYTES:
+            return False
+        waited = self.reference_wait
+        try:
+            self.references(i, list(_AHEAD_WHICHS))
+        finally:
+            self.ahead_wait += self.reference_wait - waited
+        new = [(i, w) for w in _AHEAD_WHICHS if (i, w) in self._oracles]
+        new = [k for k in new if k not in self._ahead]
+        self._ahead.update(new)
+        self._ahead_bytes += sum(_nbytes(self._oracles[k]) for k in new)
+        self.ahead_computed += len(new)
+        return True
+
+    def _output_numel(self, i: int) -> int | None:
+        """Elements of shape i's reference, from the oracle on meta tensors (no data, no
+        kernels); None where the problem cannot run on them."""
+        try:
+            inputs = self.problem.module.make_inputs(self.shapes[i], self.dtype, "meta", None)
+            return int(self.problem.oracle(*inputs).numel())
+        except Exception:
+            return None
+
+    def checked(self, i: int) -> None:
+        """Shape i's report has been checked: what was computed ahead for it goes."""
+        self._checked.add(i)
+        for key in [k for k in self._ahead if k[0] == i]:
+            self._ahead.discard(key)
+            ref = self._oracles.pop(key, None)
+            if ref is not None:
+                self._ahead_bytes -= _nbytes(ref)
 
     def references(self, i: int, whichs: list[str]) -> dict[str, torch.Tensor]:
         """The float64 references of shape i on the inputs `whichs` (`oracle`), those not yet
@@ -431,6 +507,10 @@ class Run:
             )
         self.results[i]["errors"][tag] = res
         return res["passed"]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 def geomean(xs: list[float]) -> float | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import fcntl
+import os
 import threading
 import time
 import uuid
@@ -449,3 +450,157 @@ def test_a_reference_is_reckoned_at_its_problems_float64_bytes():
     shape = run.shapes[0]
     expected = verdict.REFERENCE_MEMORY_FACTOR * run.problem.bytes(shape, torch.float64)
     assert run.reference_bytes(0) == int(expected) > 0
+
+
+# ---- references computed ahead, while the child loads and compiles -------------------------
+
+
+def _messages(run: verdict.Run, root: Path, i: int, wrong: str = "") -> dict:
+    """The child's `verified` report of shape i: its three outputs, `wrong` made on other
+    inputs."""
+    outs = {}
+    for tag, which in (("first", "first"), ("second", "second"), ("graph", "final")):
+        seed = run.seeds[i]["second" if tag == wrong and which != "second" else which]
+        if tag == wrong and which == "second":
+            seed = run.seeds[i]["first"]
+        inputs = run.problem.make_inputs(run.shapes[i], run.dtype, "cpu", seed)
+        outs[tag] = childrun.write_tensor(run.problem.reference(*inputs), root, f"{tag}{i}")
+    return {"t": "verified", "i": i, "facts": {}, "outputs": outs}
+
+
+def test_a_shapes_references_computed_ahead_are_the_ones_its_check_uses(tmp_path: Path):
+    # Computed ahead: one hold for the shape's three, none when its report is checked, the
+    # outputs still each compared with their own inputs' reference, and freed once checked.
+    run = _run(n_shapes=2, first=1)
+    run.dev = "cuda"
+    holds = _counting(run)
+
+    assert run.reference_ahead(0) and run.reference_ahead(1)
+    assert holds == ["gpu", "gpu"] and run.ahead_computed == 6
+    verdict.on_verified(run, _messages(run, tmp_path, 0), tmp_path)
+    run.checked(0)
+    verdict.on_verified(run, _messages(run, tmp_path, 1, wrong="graph"), tmp_path)
+    run.checked(1)
+
+    assert holds == ["gpu", "gpu"]  # the checks computed nothing
+    assert [run.results[0]["errors"][t]["passed"] for t in ("first", "second", "graph")] == [
+        True
+    ] * 3
+    assert run.results[1]["errors"]["graph"]["passed"] is False  # made on the first inputs
+    assert [c for c, _ in run.failures] == ["hack_suspected"]
+    assert run._ahead == set() and run._ahead_bytes == 0
+    assert not any(k in run._oracles for k in [(0, "first"), (0, "second"), (0, "final")])
+
+
+def test_references_ahead_outlive_another_shapes_check_until_their_own(tmp_path: Path):
+    # A check of shape 0 computes its own references; those computed ahead for shape 1 stay.
+    run = _run(n_shapes=2, first=1)
+    holds = _counting(run)
+    assert run.reference_ahead(1)
+
+    verdict.on_verified(run, _messages(run, tmp_path, 0), tmp_path)
+    run.checked(0)
+
+    assert (1, "first") in run._oracles and (1, "final") in run._oracles
+    assert run.reference_ahead(0)  # already checked: nothing computed for it
+    assert holds == ["gpu", "gpu"]  # shape 1 ahead, shape 0 at its check
+    verdict.on_verified(run, _messages(run, tmp_path, 1), tmp_path)
+    assert holds == ["gpu", "gpu"] and not run.failures
+
+
+def test_references_ahead_skip_large_outputs_and_stop_at_their_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    run = _run(n_shapes=2)
+    holds = _counting(run)
+
+    monkeypatch.setattr(verdict, "HOST_COMPARE_MAX", 0)  # compared on the GPU: not kept
+    assert run.reference_ahead(0) is True
+    monkeypatch.setattr(verdict, "HOST_COMPARE_MAX", 1 << 20)
+    monkeypatch.setattr(verdict, "AHEAD_HOST_BYTES", 1)
+    assert run.reference_ahead(0) is False  # the bytes are spent: no more ahead
+    monkeypatch.setattr(run.problem.module, "reference", _raises)
+    monkeypatch.setattr(verdict, "AHEAD_HOST_BYTES", 1 << 30)
+    assert run.reference_ahead(1) is True  # no size on meta tensors: left to the check
+
+    assert holds == [] and run.ahead_computed == 0 and not run._oracles
+
+
+def _raises(*inputs):
+    raise RuntimeError("no meta support")
+
+
+def _spy_ahead(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Records when references were computed ahead and when reports were checked, with the
+    references ahead on for the CPU interpreter (by default on a GPU only)."""
+    if "AUTOWEB_REFERENCES_AHEAD" not in os.environ:
+        monkeypatch.setenv("AUTOWEB_REFERENCES_AHEAD", "1")
+    events: list[tuple[str, int]] = []
+    ahead, on_verified = verdict.Run.reference_ahead, verdict.on_verified
+
+    def spy_ahead(self, i: int) -> bool:
+        before = self.ahead_computed
+        go = ahead(self, i)
+        if self.ahead_computed > before:
+            events.append(("ahead", i))
+        return go
+
+    def spy_verified(run, msg, root) -> None:
+        events.append(("check", msg["i"]))
+        on_verified(run, msg, root)
+
+    monkeypatch.setattr(verdict.Run, "reference_ahead", spy_ahead)
+    monkeypatch.setattr(verdict, "on_verified", spy_verified)
+    return events
+
+
+def test_an_evaluation_computes_its_references_ahead_and_each_once(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    events = _spy_ahead(monkeypatch)
+    computed: list[int] = []
+    oracle = verdict.Run.oracle
+
+    def spy_oracle(self, i: int, which: str):
+        if (i, which) not in self._oracles:
+            computed.append(i)
+        return oracle(self, i, which)
+
+    monkeypatch.setattr(verdict.Run, "oracle", spy_oracle)
+    report = evaluate("softmax", SEED, device="interpret", tier="smoke")
+
+    assert report["verdict"] == "accepted", report["reasons"]
+    n = len(report["shapes"])
+    assert [i for kind, i in events if kind == "check"] == list(range(n))
+    assert events[0] == ("ahead", 0)  # before the child had verified anything
+    # Every shape's three references computed once, ahead or at its check, never both.
+    assert sorted(computed) == sorted([i for i in range(n) for _ in range(3)])
+
+
+def test_a_wrong_output_is_rejected_with_its_references_computed_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    events = _spy_ahead(monkeypatch)
+    report = evaluate("softmax", WRONG, device="interpret", tier="smoke")
+
+    assert ("ahead", 0) in events
+    assert report["verdict"] == "rejected" and report["failure"] == "incorrect"
+
+
+def test_references_ahead_can_be_turned_off(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AUTOWEB_REFERENCES_AHEAD", "0")
+    events = _spy_ahead(monkeypatch)
+    report = evaluate("softmax", SEED, device="interpret", tier="smoke")
+
+    assert report["verdict"] == "accepted", report["reasons"]
+    assert events and all(kind == "check" for kind, _ in events)
+
+
+def test_references_ahead_are_on_a_gpu_only_by_default(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("AUTOWEB_REFERENCES_AHEAD", raising=False)
+    assert verdict.references_ahead_enabled("cuda")
+    assert not verdict.references_ahead_enabled("cpu")
+    monkeypatch.setenv("AUTOWEB_REFERENCES_AHEAD", "1")
+    assert verdict.references_ahead_enabled("cpu")
+    monkeypatch.setenv("AUTOWEB_REFERENCES_AHEAD", "0")
+    assert not verdict.references_ahead_enabled("cuda")
