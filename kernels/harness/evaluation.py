@@ -541,9 +541,9 @@ class _Pump:
     _checks: concurrent.futures.ThreadPoolExecutor | None = None
     _pending: list[concurrent.futures.Future] = field(default_factory=list)
     checks_failed: bool = False  # a check raised: the run is over (`_check`)
-    # While the child loads and compiles, the checks' thread computes the shapes' references
-    # ahead of their reports (`_ahead`), one shape at a time behind the checks that came
-    # meanwhile, until the first settling of the checks stops it.
+    # While the child loads and compiles, the checks' thread may compute the shapes' references
+    # ahead of their reports (`_ahead`, opt-in), one shape at a time behind the checks that
+    # came meanwhile, until the first settling of the checks stops it.
     _prefetching: bool = False
     _queue: threading.Lock = field(default_factory=threading.Lock)  # _prefetching, _pending
     fault: HarnessFault | None = None  # this process's own work failed: no verdict (`run`)
@@ -671,13 +671,13 @@ class _Pump:
                 self.run.checked(i)
 
     def start_references_ahead(self) -> None:
-        """When the child will verify: the first shape's references computed ahead
-        (`rules.Run.reference_ahead`), on the checks' thread."""
+        """When the child will verify and AUTOWEB_REFERENCES_AHEAD=1: the first shape's
+        references computed ahead (`rules.Run.reference_ahead`), on the checks' thread."""
         if not (
             self.request.verify
             and self.n_sources
             and not self.request.extra.get("profile")
-            and rules.references_ahead_enabled(self.run.pdev)
+            and rules.references_ahead_enabled()
         ):
             return
         self._checks = concurrent.futures.ThreadPoolExecutor(1, "autoweb-checks")
