@@ -810,6 +810,8 @@ def precompile_candidates(problem, shapes, spec, cands, clock: HostClock | None 
     """
     from triton.runtime.jit import JITFunction
 
+    from kernels import problems
+
     dtype = getattr(torch, spec["dtype"])
     orig = JITFunction.run
     clock = clock or HostClock()
@@ -834,18 +836,15 @@ def precompile_candidates(problem, shapes, spec, cands, clock: HostClock | None 
                 except HostCodeTooLong as e:
                     raise HostCodeTooLong(
                         f"the candidate's kernel ran {e}, in one call on shape {i} "
-                        f"({_shape_text(shape)}) with meta tensors (sizes, no data) before it "
-                        "was given the GPU; it was stopped there (an endless loop?)"
+                        f"({problems.shape_label(shape)[:200]}) with meta tensors (sizes, no "
+                        "data) before it was given the GPU; it was stopped there (an endless "
+                        "loop?)"
                     ) from None
                 except Exception:
                     pass
     finally:
         JITFunction.run = orig
     return compiled
-
-
-def _shape_text(shape: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in shape.items())[:200]
 
 
 def precompile_baseline(problem, shapes, spec) -> dict:

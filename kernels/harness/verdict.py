@@ -426,11 +426,10 @@ class Run:
         calls and of its graph replay), computed now, before the child reports the shape: while
         it loads, compiles and waits for a GPU slot this process would otherwise be idle, and
         then compute each reference after the shape's report, while the child's timing phase
-        waits for the checks to settle.
-        Only references small enough to be compared on the host, within `AHEAD_HOST_BYTES`;
-        nothing for a shape already checked. Returns False once nothing more should be
-        computed ahead (the bytes are spent); raises what computing them raised (the check
-        then computes them itself, and judges what it raises)."""
+        waits for the checks to settle. Only references small enough to be compared on the
+        host, within `AHEAD_HOST_BYTES`; nothing for a shape already checked. Returns False
+        once nothing more should be computed ahead (the bytes are spent); raises what computing
+        them raised (the check then computes them itself, and judges what it raises)."""
         if i in self._checked or all((i, w) in self._oracles for w in _AHEAD_WHICHS):
             return True
         numel = self._output_numel(i)
@@ -444,8 +443,9 @@ class Run:
             self.references(i, list(_AHEAD_WHICHS))
         finally:
             self.ahead_wait += self.reference_wait - waited
-        new = [(i, w) for w in _AHEAD_WHICHS if (i, w) in self._oracles]
-        new = [k for k in new if k not in self._ahead]
+        new = [
+            (i, w) for w in _AHEAD_WHICHS if (i, w) in self._oracles and (i, w) not in self._ahead
+        ]
         self._ahead.update(new)
         self._ahead_bytes += sum(_nbytes(self._oracles[k]) for k in new)
         self.ahead_computed += len(new)
