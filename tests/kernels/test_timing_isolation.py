@@ -289,7 +289,7 @@ def test_without_slots_a_run_reports_no_slot_wait() -> None:
 
 class _RecordedSlots:
     """One GPU slot (`evaluate(..., gpu_slots=)`) that records when each evaluation asked for it,
-    got it and gave it back. The test holds it first (`held`)."""
+    got it and gave it back. The test holds it first (`hold`, then `let_go`)."""
 
     def __init__(self) -> None:
         self._sem = threading.Semaphore(1)
