@@ -137,13 +137,13 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
     max(1, `ahead`) at a time (kernels.engine.flight, as `kernels tune` does); evaluations per
     minute of wall clock, over the whole run and in the steady state (between the first and
     the last `jobs` finishing, where the pipeline is full)."""
-    finished: list[tuple[float, float, dict | None]] = []  # in the order they finish
+    finished: list[tuple[float, float, dict | None, int]] = []  # in the order they finish
     not_judged: list[str] = []  # HarnessFault each time: why
     t0 = time.perf_counter()
     spare = spare_for(ahead, linger)
     flight = Flight(jobs + ahead, linger_s=linger or None, spare=spare)
 
-    def one(src: str, ticket) -> tuple[float, float, dict | None]:
+    def one(k: int, src: str, ticket) -> tuple[float, float, dict | None, int]:
         started = time.perf_counter() - t0
         fault = None
         try:
@@ -156,14 +156,14 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
             ticket.end()
         done = time.perf_counter() - t0
         with _lock:
-            finished.append((started, done, report))
+            finished.append((started, done, report, k))
             if fault is not None:
                 not_judged.append(fault[:300])
             n = len(finished)
         # A run stopped early still says how far it got, in its log as in its JSON.
         verdict = report["verdict"] if report else "not judged"
         log(f"[{n:3d}/{len(sources)}] {done:7.1f} s {verdict}")
-        return started, done, report
+        return started, done, report, k
 
     stopped = None
     pool = ThreadPoolExecutor(jobs + ahead + spare)
@@ -171,9 +171,9 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
     try:
         with HostLoad() as load:
             try:
-                for src in sources:
+                for k, src in enumerate(sources):
                     flight.wait_for_place()
-                    futures.append(pool.submit(one, src, flight.begin()))
+                    futures.append(pool.submit(one, k, src, flight.begin()))
                 results = [f.result() for f in futures]
             except Stopped as e:
                 # What finished counts; what was in flight is dropped, not waited for.
@@ -183,10 +183,10 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
     finally:
         pool.shutdown(wait=stopped is None, cancel_futures=stopped is not None)
     results = [r for r in results if r[2] is not None]  # verdicts only
-    started_at = [started for started, _, _ in results]
-    reports = [report for _, _, report in results]
+    started_at = [started for started, _, _, _ in results]
+    reports = [report for _, _, report, _ in results]
     minutes = (time.perf_counter() - t0) / 60
-    done_at = sorted(done for _, done, _ in results)
+    done_at = sorted(done for _, done, _, _ in results)
     steady = None
     if len(done_at) > 2 * jobs + 1:
         a, b = done_at[jobs - 1], done_at[-jobs - 1]
@@ -226,7 +226,18 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
             )
         },
         "host_cpu": load.summary(),
+        # Which of `sources` each report judged (the lists here follow the finishing order
+        # when a signal stopped the run), and per shape the candidate's median, samples, and
+        # whether screening stopped sampling a shape it had lost (`candidate_slower_than_ms`).
+        "source_index": [k for _, _, _, k in results],
         "shape_ms": [[sh.get("candidate_ms") for sh in r.get("shapes", [])] for r in reports],
+        "shape_samples": [
+            [sh.get("candidate_samples") for sh in r.get("shapes", [])] for r in reports
+        ],
+        "shape_lost": [
+            [sh.get("candidate_slower_than_ms") is not None for sh in r.get("shapes", [])]
+            for r in reports
+        ],
         "reasons": [r["reasons"][:2] for r in reports],
         "baselines": [
             {k: (r.get("baselines") or {}).get(k) for k in ("source", "canary")} for r in reports

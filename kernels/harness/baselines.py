@@ -116,6 +116,19 @@ def settle_canary(
     return cache.get(fields, labels) or fresh, info
 
 
+def bars(entries: list[Entry]) -> dict[str, float]:
+    """{shape index: the faster baseline's cached median, ms}: the time a screened candidate
+    must beat to serve the shape. Sampling a candidate stops once it has lost to it beyond doubt
+    (`timing.lost`)."""
+    out = {}
+    for i, e in enumerate(entries):
+        times = [_num((e.get(k) or {}).get("median")) for k in ("eager", "compiled")]
+        times = [t for t in times if t is not None and t > 0]
+        if times:
+            out[str(i)] = min(times)
+    return out
+
+
 def canary_index(entries: list[Entry]) -> int:
     """The shape whose eager time is the median of the sweep's: long enough to time stably,
     short enough to cost little."""

@@ -674,6 +674,11 @@ def measure_shape(prep: Prepared, spec, cands: list[Candidate], send) -> None:
     # first shape, since the shapes are then timed back to back.
     rel_ci = float(spec.get("rel_ci") or 0.01) if screening else None
     warmup_s = timing.WARMUP_S if not screening or i == 0 else 0.0
+    # Screening stops sampling a candidate on a shape it has lost beyond doubt to the faster
+    # baseline's cached time (`timing.lost`): no sample more would let it serve that shape.
+    bar = (spec.get("bars") or {}).get(str(i)) if screening else None
+    bar = bar if isinstance(bar, int | float) and math.isfinite(bar) and bar > 0 else None
+    lose_ms = {f"candidate{c}": float(bar) for c in range(len(cands))} if bar else None
     with torch.no_grad():
         results = timing.interleaved(
             prep.samplers,
@@ -682,6 +687,7 @@ def measure_shape(prep: Prepared, spec, cands: list[Candidate], send) -> None:
             rng=random.Random(spec["seeds"][i]["final"]),
             rel_ci=rel_ci,
             warmup_s=warmup_s,
+            lose_ms=lose_ms,
         )
         torch.cuda.synchronize()
         inputs_set = prep.graph_set

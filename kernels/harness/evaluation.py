@@ -151,6 +151,7 @@ def _screen(
         "rel_ci": rel_ci,
         "canary": canary,
         "modes": {str(i): e["mode"] for i, e in enumerate(entries)},
+        "bars": bl.bars(entries),
     }
     request = replace(request, shapes=tuple(shapes), baselines_compiled=False, extra=extra)
     report = run(request, on_event=on_event, pool=pool, cached=entries, gpu_slots=gpu_slots)

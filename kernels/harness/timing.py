@@ -9,7 +9,9 @@ for the candidate and the baselines alike.
 Two budgets: a fixed one (at least MIN_SAMPLES and `budget_s` of sampling per shape) for
 confirmations, baselines and plain evaluations, and an adaptive one for screening, which stops
 as soon as the 95% confidence interval of every median is within `rel_ci` of it (at least
-SCREEN_MIN_SAMPLES samples, never past `budget_s`), as do_bench-style tools do.
+SCREEN_MIN_SAMPLES samples, never past `budget_s`), as do_bench-style tools do. Screening also
+stops sampling a candidate on a shape it has lost beyond doubt: LOSE_MIN_SAMPLES samples, every
+one slower than a bar (the faster baseline's cached median; `lost`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ import triton.language as tl
 GRAPH_THRESHOLD_MS = 0.05
 MIN_SAMPLES = 25
 SCREEN_MIN_SAMPLES = 10
+# With 6 samples the distribution-free 95% confidence interval of the median is [min, max]
+# (`median_ci`): when even the fastest is slower than the bar, the median is slower too, unless
+# all six fell above a median below the bar, which happens with probability 2**-6 (1.6%).
+LOSE_MIN_SAMPLES = 6
 MAX_SAMPLES = 200
 GRAPH_REPS = 20
 MAX_INPUT_SETS = 32  # graph mode cycles through at most this many input sets (L2 rotation)
@@ -213,15 +219,20 @@ def interleaved(
     rng: random.Random,
     rel_ci: float | None = None,
     warmup_s: float = WARMUP_S,
+    lose_ms: dict[str, float] | None = None,
 ) -> dict[str, dict]:
     """Take samples from each sampler in shuffled order each round.
 
     Fixed budget (`rel_ci` None): until MIN_SAMPLES and `budget_s`, or MAX_SAMPLES. Adaptive
     (screening): from SCREEN_MIN_SAMPLES on, stop once every median's confidence interval is
-    within `rel_ci`; `budget_s` is then the most it may take.
+    within `rel_ci`; `budget_s` is then the most it may take. A sampler given a bar in
+    `lose_ms` (adaptive only) needs no more samples once it has lost to it (`lost`): sampling
+    ends when each sampler is tight or has lost, and the stats of one that ended lost, not
+    tight, say so (`slower_than_ms`, the bar).
     """
     names = list(samplers)
     samples: dict[str, list[float]] = {n: [] for n in names}
+    bars = {n: b for n, b in (lose_ms or {}).items() if n in samplers and b > 0}
     # Warm up by time, not count: clocks ramp from idle and a few microsecond-long calls
     # would be timed at the low clock. A caller timing shapes back to back warms up once.
     t0 = time.perf_counter()
@@ -246,16 +257,44 @@ def interleaved(
         if rel_ci is None:
             if k >= MIN_SAMPLES and elapsed > budget_s:
                 break
-        elif k >= SCREEN_MIN_SAMPLES and (
-            elapsed > budget_s or all(_tight(v, rel_ci) for v in samples.values())
-        ):
+        elif screened(samples, elapsed, budget_s, rel_ci, bars):
             break
-    return {n: stats(v) for n, v in samples.items()}
+    out = {n: stats(v) for n, v in samples.items()}
+    if rel_ci is not None:
+        for n, bar in bars.items():
+            if lost(samples[n], bar) and not _enough(samples[n], rel_ci):
+                out[n]["slower_than_ms"] = bar
+    return out
+
+
+def screened(
+    samples: dict[str, list[float]],
+    elapsed: float,
+    budget_s: float,
+    rel_ci: float,
+    bars: dict[str, float],
+) -> bool:
+    """Whether adaptive sampling is over: each sampler's median tight (`_enough`) or, where it
+    has a bar, lost to it (`lost`); or the budget spent, from SCREEN_MIN_SAMPLES on."""
+    k = min(len(v) for v in samples.values())
+    if k >= SCREEN_MIN_SAMPLES and elapsed > budget_s:
+        return True
+    return all(_enough(v, rel_ci) or lost(v, bars.get(n)) for n, v in samples.items())
+
+
+def _enough(samples: list[float], rel_ci: float) -> bool:
+    return len(samples) >= SCREEN_MIN_SAMPLES and _tight(samples, rel_ci)
 
 
 def _tight(samples: list[float], rel_ci: float) -> bool:
     ci = median_ci(samples)
     return ci is not None and ci <= rel_ci
+
+
+def lost(samples: Sequence[float], bar: float | None) -> bool:
+    """Whether samples show, beyond doubt, a median slower than `bar`: at least
+    LOSE_MIN_SAMPLES of them, the fastest slower than the bar."""
+    return bar is not None and len(samples) >= LOSE_MIN_SAMPLES and min(samples) > bar
 
 
 def graph_sampler(graph) -> Callable[[], tuple]:

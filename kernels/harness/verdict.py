@@ -724,6 +724,10 @@ def _place(run: Run, r: dict, ms: dict, dinfo: dict) -> None:
         candidate_ci=_num(c.get("ci")),
         candidate_samples=c.get("n"),
     )
+    bar = _num(c.get("slower_than_ms"))
+    if bar is not None and run.cached is not None:
+        # Screening stopped sampling here: every sample was slower than the faster baseline.
+        r["candidate_slower_than_ms"] = bar
     i = run.results.index(r)
     if run.cached is not None:
         entry = run.cached[i]

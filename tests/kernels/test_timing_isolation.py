@@ -88,6 +88,47 @@ def test_a_screened_candidate_shares_the_gpu_one_shape_at_a_time(
 
 
 @pytest.mark.gpu
+def test_screening_stops_sampling_a_shape_the_candidate_has_lost(tmp_path: Path) -> None:
+    # A bar no kernel beats: the compiled baseline's cached times made a nanosecond. The
+    # candidate loses every shape beyond doubt at six samples, and sampling stops there; on the
+    # canary shape the eager baseline timed beside it still needs ten samples and a tight
+    # median. With the real times the same kernel is sampled as before wherever it may win.
+    from kernels.harness import baselines as bl
+    from kernels.harness import device as devmod
+    from kernels.harness import timing
+
+    cache = BaselineCache(tmp_path)
+    honest = evaluate("softmax", SEED, device="cuda", tier="smoke", baselines=cache)
+    assert honest["verdict"] == "accepted", honest["reasons"]
+    for shape in honest["shapes"]:
+        if shape.get("candidate_slower_than_ms") is not None:
+            assert shape["candidate_ms"] > shape["candidate_slower_than_ms"], shape
+        else:
+            assert shape["candidate_samples"] >= timing.SCREEN_MIN_SAMPLES, shape
+    problem = problems.load("softmax")
+    dtype = str(problem.dtype("cuda")).replace("torch.", "")
+    fields = bl.key_fields(problem, devmod.info("cuda"), dtype)
+    labels = [s["label"] for s in honest["shapes"]]
+    entries = cache.get(fields, labels)
+    assert entries is not None
+    for e in entries:
+        e["compiled"] = {**(e.get("compiled") or e["eager"]), "median": 1e-6}
+    cache.put(fields, labels, entries)
+
+    report = evaluate("softmax", SEED, device="cuda", tier="smoke", baselines=cache)
+
+    assert report["verdict"] == "accepted", report["reasons"]
+    canary = bl.canary_index(entries)
+    for i, shape in enumerate(report["shapes"]):
+        assert shape["candidate_ms"] > 1e-6 and not shape["win_compiled"], shape
+        if i == canary:
+            assert shape["candidate_samples"] >= timing.SCREEN_MIN_SAMPLES, shape
+        else:
+            assert shape["candidate_samples"] == timing.LOSE_MIN_SAMPLES, shape
+            assert shape["candidate_slower_than_ms"] == 1e-6, shape
+
+
+@pytest.mark.gpu
 def test_a_retime_in_the_cached_modes_prepares_while_the_gpu_is_shared(
     tmp_path: Path, holds: list[str]
 ) -> None:
