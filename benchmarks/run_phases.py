@@ -16,9 +16,11 @@ which it was not yet but a timing phase had asked for it (its `gpu_wait.exclusiv
     python3 benchmarks/run_phases.py docs/benchmarks/search/search-2026-12-05-h100-j8b.json
 
 With `--locks FILE`, the GPU lock's own trace of the same run (`AUTOWEB_GPU_LOCK_TRACE`,
-kernels/harness/sandbox.py): how long the holds of each kind lasted, and for each timing phase
+kernels/harness/sandbox.py): how long the holds of each label lasted, and for each timing phase
 that had to wait, what it waited for: the hold in progress when it asked that was the last to
-end, a child's (`shared`), a caller's check (`check`) or another timing phase (`exclusive`);
+end, a child's (`step-NAME`, the step of a shape's work it covered, kernels.harness.childrun
+STEPS; `shared` in traces made before the steps were named), a caller's check (`check`) or
+another timing phase (`exclusive`);
 and over the trace's span, the share of the time the lock was held for timing, by children
 and checks together, by either alone, or by nothing (`lock_time`).
 """

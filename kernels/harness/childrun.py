@@ -406,22 +406,37 @@ class Candidate:
 # ---- phases -----------------------------------------------------------------------------
 
 
+# The steps of a shape's GPU work that a child asks for the GPU for while it is shared, named
+# when it asks (the GPU lock's trace labels each hold `step-NAME`): verifying, the first call,
+# the call on new values and the CUDA-graph replay; preparing, the inputs and warm-up, the
+# timing mode (quick timings and input sets) and each function's graph capture.
+STEPS = (
+    "verify-first",
+    "verify-second",
+    "verify-graph",
+    "prepare-warmup",
+    "prepare-mode",
+    "prepare-capture",
+)
+
+
 class NoGo(Exception):
     """The caller refused the GPU to a child asking for it again between two steps."""
 
 
-def step_aside(between: Callable[[], None] | None, device: str) -> None:
+def step_aside(between: Callable[[str], None] | None, device: str, step: str) -> None:
     """Between two steps of a shape's GPU work, while the GPU is shared: synchronise (nothing of
     the step still runs when the hold is let go), then `between` gives the hold up and asks for
-    it again, raising NoGo if refused. So a timing phase waiting for the GPU waits for one step
-    of this candidate, not a whole shape, and the GPU drains for it sooner."""
+    it again for `step`, the step that comes next (the GPU lock's trace names the hold after
+    it), raising NoGo if refused. So a timing phase waiting for the GPU waits for one step of
+    this candidate, not a whole shape, and the GPU drains for it sooner."""
     if between is not None:
         _sync(device)
-        between()
+        between(step)
 
 
 def verify_shape(
-    i, shape, spec, problem, cand: Candidate, snap, between: Callable[[], None] | None = None
+    i, shape, spec, problem, cand: Candidate, snap, between: Callable[[str], None] | None = None
 ) -> tuple[bool, dict]:
     """Run the candidate on shape i three ways (fresh inputs, new values in the same buffers,
     a CUDA-graph replay) and write its outputs; returns (whether to go on, the `verified`
@@ -469,7 +484,7 @@ def verify_shape(
         probs.append("output changed after the calling stream finished (work on a side stream)")
     del early, pairs
     outputs["first"] = save_tensor(host, out_dir, "first")
-    step_aside(between, device)
+    step_aside(between, device, "verify-second")
 
     fresh = problem.make_inputs(shape, dtype, tdev, seeds["second"])
     for x, y in zip(a, fresh, strict=True):
@@ -491,7 +506,7 @@ def verify_shape(
     del out1, out2
 
     if device == "cuda":
-        step_aside(between, device)
+        step_aside(between, device, "verify-graph")
         try:
             g, outs = timing.capture([lambda: cand(a)], reps=1)
             final = problem.make_inputs(shape, dtype, tdev, seeds["final"])
@@ -597,7 +612,7 @@ def prepare_shape(
             for _ in range(3):
                 call(f, a)
         torch.cuda.synchronize()
-        step_aside(between, "cuda")
+        step_aside(between, "cuda", "prepare-mode")
         # One mode per shape for every function timed: the caller's (`modes`, so that a screened
         # candidate is timed as its cached baselines were), else the fastest function's quick
         # time decides (the candidates', or the baselines' when there is none).
@@ -628,7 +643,7 @@ def prepare_shape(
                 if cands:
                     new_values(sets[prep.graph_set], timing.MAX_INPUT_SETS + prep.graph_set)
                 for name, f in fns.items():
-                    step_aside(between, "cuda")
+                    step_aside(between, "cuda", "prepare-capture")
                     calls = [(lambda s=s, f=f: call(f, s)) for s in sets]
                     g, outs = timing.capture(calls, reps)
                     prep.keep.append((g, outs))
@@ -947,7 +962,7 @@ def run(spec: dict, send, recv) -> None:
         precompiled = precompile_candidates(problem, shapes, spec, cands)
         send(t="progress", phase="compiling", precompiled=precompiled)
     if device == "cuda":
-        send(t="want_gpu", shared=True)  # verification runs kernels: share the GPU
+        send(t="want_gpu", shared=True, step="verify-first")  # verification shares the GPU
         if not recv().get("go"):
             send(t="done", tamper=snap.changes(), ops={})
             return
@@ -967,19 +982,19 @@ def run(spec: dict, send, recv) -> None:
         send(t="done", tamper=snap.changes(), ops={})
         return
 
-    def next_shape(report: dict | None = None) -> bool:
+    def next_shape(step: str, report: dict | None = None) -> bool:
         """Between two shapes' GPU work the shared hold is given up and asked for again, so a
         timing phase waiting for the GPU runs in between rather than after every shape of every
         candidate verifying. The report on the shape just done follows the request: the parent
         checks it while this process goes on with the next shape."""
-        send(t="want_gpu", shared=True)
+        send(t="want_gpu", shared=True, step=step)
         if report is not None:
             send(**report)
         return bool(recv().get("go"))
 
-    def again() -> None:
+    def again(step: str) -> None:
         """Between two steps of one shape: the hold given up and asked for again (`step_aside`)."""
-        if not next_shape():
+        if not next_shape(step):
             raise NoGo
 
     verified = True
@@ -995,7 +1010,7 @@ def run(spec: dict, send, recv) -> None:
                 break
             if not ok or i + 1 == len(shapes) or device != "cuda":
                 send(**report)
-            elif not next_shape(report):
+            elif not next_shape("verify-first", report):
                 ok = False
             if not ok:
                 verified = False
@@ -1018,7 +1033,7 @@ def run(spec: dict, send, recv) -> None:
         # are taken in the exclusive phase: other processes' kernels would distort them.)
         send(t="progress", phase="preparing")
         for i, s in enumerate(shapes):
-            if not next_shape():
+            if not next_shape("prepare-warmup"):
                 break
             try:
                 prepared.append(prepare_shape(i, s, spec, problem, cands, cache, again))

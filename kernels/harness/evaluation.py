@@ -15,6 +15,7 @@ import concurrent.futures
 import contextlib
 import math
 import os
+import re
 import secrets
 import statistics
 import threading
@@ -490,6 +491,19 @@ def run(
 _OUT_OF_MEMORY = ("out of memory", "can't allocate", "cannot allocate", "memoryerror")
 
 
+# The steps a child names when it asks for the GPU again (`childrun.STEPS`): the lock's trace
+# (AUTOWEB_GPU_LOCK_TRACE) labels each shared hold with the step it covered.
+_STEP = re.compile(r"[a-z][a-z0-9-]{0,31}")
+
+
+def step_label(step: object) -> str:
+    """The trace's label for a child's hold: its step, `step-` and the name it gave, when that
+    is a short lowercase name (the child wrote it); "" (the hold's kind) otherwise."""
+    if isinstance(step, str) and _STEP.fullmatch(step):
+        return f"step-{step}"
+    return ""
+
+
 @dataclass
 class _Pump:
     """Reads the child's messages until it is done, handing each to its handler (`HANDLERS`).
@@ -715,9 +729,9 @@ class _Pump:
             self._checks.shutdown(wait=True)
             self._checks = None
 
-    def take_gpu_shared(self) -> None:
+    def take_gpu_shared(self, step: str = "") -> None:
         if self.lock is None:
-            self.take_gpu(shared=True)
+            self.take_gpu(shared=True, step=step)
 
     @contextlib.contextmanager
     def _bounded(self, seconds: float | None, why: str) -> Iterator[None]:
@@ -763,18 +777,20 @@ class _Pump:
             self.slotted = False
             self.slots.release()
 
-    def take_gpu(self, shared: bool) -> None:
+    def take_gpu(self, shared: bool, step: str = "") -> None:
         kind = "shared" if shared else "exclusive"
-        self.lock = self._acquire(shared, kind, "it was waiting for the GPU")
+        self.lock = self._acquire(shared, kind, "it was waiting for the GPU", step)
         self._held_since = time.monotonic()
 
-    def _acquire(self, shared: bool, kind: str, waiting: str) -> sandbox.GpuLock:
-        """The GPU lock, the wait bounded by the child's deadline (`_bounded`) and counted."""
+    def _acquire(self, shared: bool, kind: str, waiting: str, step: str = "") -> sandbox.GpuLock:
+        """The GPU lock, the wait bounded by the child's deadline (`_bounded`) and counted. The
+        lock's trace names the hold by the child's step when it named one (`step_label`)."""
         asked = time.monotonic()
         left = None if self.until is None else self.until - asked
         why = f"no result within {self.timeout_s:.0f} s ({waiting})"
+        label = step or kind
         with self._bounded(left, why):
-            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared, label=kind).acquire()
+            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared, label=label).acquire()
         self._count_wait(kind, time.monotonic() - asked)
         return lock
 
@@ -827,7 +843,7 @@ class _Pump:
             # waiting at the turnstile goes ahead of this process's next shape.
             self.release_gpu()
             if not self.stopped:
-                self.take_gpu_shared()
+                self.take_gpu_shared(step_label(msg.get("step")))
         else:
             # The checks settle first (their verdict decides the go), with no hold kept: one
             # may be waiting for another evaluation's timing phase.

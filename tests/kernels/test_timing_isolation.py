@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernels import problems
-from kernels.harness import evaluate, retime, sandbox, verdict
+from kernels.harness import childrun, evaluate, retime, sandbox, verdict
 from kernels.harness.baselines import BaselineCache
 from kernels.harness.evaluation import _Pump
 from kernels.protocol import EvaluationRequest
@@ -55,7 +55,7 @@ def holds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.mark.gpu
 def test_a_screened_candidate_shares_the_gpu_one_shape_at_a_time(
-    tmp_path: Path, holds: list[str]
+    tmp_path: Path, holds: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Each shared hold covers one step of one shape: verifying n shapes asks for the GPU three
     # times a shape (the first call, the call on new values, the graph replay); preparing asks
@@ -65,12 +65,21 @@ def test_a_screened_candidate_shares_the_gpu_one_shape_at_a_time(
     cache = BaselineCache(tmp_path)
     evaluate("softmax", SEED, device="cuda", tier="smoke", baselines=cache)  # measures them
     holds.clear()
+    trace = tmp_path / "locks.txt"
+    monkeypatch.setenv("AUTOWEB_GPU_LOCK_TRACE", str(trace))
 
     report = evaluate("softmax", SEED, device="cuda", tier="smoke", baselines=cache)
 
     assert report["verdict"] == "accepted", report["reasons"]
     n = len(report["shapes"])
     assert n > 1
+    # The lock's trace names each of the child's shared holds by the step it covered.
+    steps = [line.split()[0] for line in trace.read_text().splitlines() if " shared " in line]
+    for step in ("verify-first", "verify-second", "verify-graph", "prepare-warmup"):
+        assert steps.count(f"step-{step}") == n, (step, steps)
+    assert steps.count("step-prepare-mode") == n, steps
+    assert steps.count("step-prepare-capture") <= n + 1, steps  # graph mode: one, the canary two
+    assert set(steps) <= {f"step-{s}" for s in childrun.STEPS} | {"check"}, steps
     # (After the exclusive hold come only the checks of the timed outputs, and a re-measure
     # of the baselines should the canary have drifted.)
     before = holds[: holds.index("exclusive")]

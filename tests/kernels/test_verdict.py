@@ -267,3 +267,12 @@ def test_the_child_reports_the_gpus_memory_for_gpu_out_of_memory_errors_only():
     assert not runner.gpu_out_of_memory(MemoryError())  # the host's memory
     assert not runner.gpu_out_of_memory(RuntimeError("out of memory"))
     assert not runner.gpu_out_of_memory(RuntimeError("CUDA error: an illegal memory access"))
+
+
+def test_the_lock_trace_names_a_hold_by_the_step_the_child_named():
+    from kernels.harness.evaluation import step_label
+
+    assert {step_label(s) for s in childrun.STEPS} == {f"step-{s}" for s in childrun.STEPS}
+    # What else the child writes there is its own text: the hold keeps its kind's label.
+    for bad in (None, "", 7, "Verify", "x" * 40, "a b", "check\nexclusive", "-x", ["verify"]):
+        assert step_label(bad) == "", bad
