@@ -6,6 +6,7 @@ missing, null, "NaN" or of the wrong type, so every read here is defensive.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,10 @@ class ShapeRow:
     roofline_fraction: Any
     bound: str
     timing_mode: str
+    samples: int | None = None  # the candidate's timing samples
+    # Screening stopped sampling here: every sample was slower than this (the faster baseline's
+    # cached median, ms), so the candidate lost the shape beyond doubt.
+    slower_than_ms: float | None = None
 
 
 @dataclass
@@ -147,7 +152,19 @@ def _shape(raw: Any) -> ShapeRow | None:
         roofline_fraction=raw.get("roofline_fraction"),
         bound=_text(raw.get("bound")),
         timing_mode=_text(raw.get("timing_mode")),
+        samples=_count(raw.get("candidate_samples")),
+        slower_than_ms=_positive(raw.get("candidate_slower_than_ms")),
     )
+
+
+def _count(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else None
+
+
+def _positive(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x) if math.isfinite(x) and x > 0 else None
 
 
 def report_view(report: Any) -> ReportView:

@@ -78,6 +78,29 @@ def test_the_checks_and_per_shape_tables_come_from_the_report(engineer_client, s
     assert "geomean speedup vs eager" in summary
 
 
+def test_a_shape_screening_stopped_lost_says_so_with_its_samples(engineer_client, search):
+    report = h200_report()
+    lost, tight = report["shapes"][0], report["shapes"][1]
+    lost.update(candidate_samples=6, candidate_slower_than_ms=0.0123)
+    tight.update(candidate_samples=14)
+    trial = judged(search, knob_variant(2048), report)
+    shapes = section(trial_page(engineer_client, trial), "shapes")
+
+    rows = {row.split("</code>")[0]: row for row in shapes.split("<code>")[1:]}
+    assert "6 samples" in rows[lost["label"]]
+    assert "stopped, slower than 0.0123 ms" in rows[lost["label"]]
+    assert "14 samples" in rows[tight["label"]] and "stopped" not in rows[tight["label"]]
+    # A report made before screening could stop, or with garbage there, shows neither.
+    old = h200_report()
+    del old["shapes"][1]["candidate_samples"]
+    old["shapes"][0].update(candidate_samples=True, candidate_slower_than_ms=-1.0)
+    trial = judged(search, knob_variant(4096), old)
+    shapes = section(trial_page(engineer_client, trial), "shapes")
+    rows = {row.split("</code>")[0]: row for row in shapes.split("<code>")[1:]}
+    for label in (lost["label"], tight["label"]):
+        assert "samples" not in rows[label] and "stopped," not in rows[label], rows[label]
+
+
 def test_the_device_card_says_which_sandbox_layers_the_candidate_ran_under(engineer_client, search):
     # The recorded H200 report predates Landlock and the socket filter: it must not claim them.
     old = judged(search, knob_variant(2048), h200_report())
