@@ -3,6 +3,8 @@
 Per step between two phases of the reports' `timeline` (in the order each evaluation reached
 them): in how many evaluations it occurred, the median seconds it took and, where the run
 recorded the reports' `timeline_cpu`, the median CPU seconds the sandboxed process used in it.
+Where the run recorded each shape's samples, how many shapes screening stopped sampling because
+the candidate had lost them.
 A step that took far more seconds than CPU seconds waited: for the GPU lock, for the GPU
 itself, or for a core. Then the run's shares of its wall clock: the GPU held alone to time
 (the reports' `gpu_wait.held_exclusive_s`, summed: those holds never overlap) and, where the run
@@ -225,6 +227,26 @@ def lock_time(holds: list[dict]) -> dict | None:
     return {k: round(v / span, 4) for k, v in spent.items()} if span > 0 else None
 
 
+def lost_shapes(run: dict) -> dict | None:
+    """How many shapes the run timed and, of those, how many screening stopped sampling because
+    the candidate had lost them (six samples all slower than the faster baseline), with the
+    median samples of each kind. None when the run did not record them (`shape_samples`)."""
+    samples, lost = run.get("shape_samples"), run.get("shape_lost")
+    if not samples or not lost:
+        return None
+    stopped, tight = [], []
+    for ns, ls in zip(samples, lost, strict=True):
+        for n, was_lost in zip(ns, ls, strict=True):
+            if isinstance(n, int) and n > 0:
+                (stopped if was_lost else tight).append(n)
+    return {
+        "timed": len(stopped) + len(tight),
+        "lost": len(stopped),
+        "median_samples_lost": statistics.median(stopped) if stopped else None,
+        "median_samples_others": statistics.median(tight) if tight else None,
+    }
+
+
 def summary(run: dict) -> dict:
     return {
         "evaluations": run.get("evaluations"),
@@ -237,6 +259,7 @@ def summary(run: dict) -> dict:
         "on_gpu": on_gpu(run),
         "lock": lock_shares(run),
         "steps": steps(run),
+        "lost_shapes": lost_shapes(run),
     }
 
 
@@ -286,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"  steady window: the GPU held for timing {s['lock']['timing']:.0%} of it, "
                 f"draining for a timing phase {s['lock']['draining']:.0%}"
             )
+        lost = s["lost_shapes"]
+        if lost:
+            print(
+                f"  shapes timed {lost['timed']}, of which stopped lost {lost['lost']} "
+                f"(median samples {_g(lost['median_samples_lost'])}; the others "
+                f"{_g(lost['median_samples_others'])})"
+            )
         for row in s["steps"]:
             cpu = "" if row["cpu_seconds"] is None else f"  cpu {row['cpu_seconds']:7.3f} s"
             print(f"  {row['step']:<32} n={row['n']:<4} {row['seconds']:7.3f} s{cpu}")
@@ -303,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
             shares = ", ".join(f"{k} {v:.0%}" for k, v in locks["time"].items())
             print(f"  the lock over the trace: {shares}")
     return 0
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"
 
 
 def _describe(q: dict) -> str:

@@ -140,6 +140,20 @@ def _with_locks(run: str, trace: str):
     return run_script("run_phases.py", "docs/benchmarks/search/" + run, "--locks", trace)
 
 
+def test_the_shapes_screening_stopped_lost_are_counted_where_recorded() -> None:
+    run = {
+        "shape_samples": [[6, 6, 12, None], [10, 6], []],
+        "shape_lost": [[True, True, False, False], [False, True], []],
+    }
+    assert run_phases.lost_shapes(run) == {
+        "timed": 5,
+        "lost": 3,
+        "median_samples_lost": 6,
+        "median_samples_others": 11.0,
+    }
+    assert run_phases.lost_shapes(_run()) is None  # a run from before they were recorded
+
+
 def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-05-g.json")
 
@@ -166,6 +180,12 @@ def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     assert "the GPU held for timing 34% of it, draining for a timing phase 16%" in res.stdout
     assert "held check      n=3355, median 0.028 s" in res.stdout
     assert "the lock over the trace: timing " in res.stdout
+    res = _with_locks(
+        "search-2026-12-06-h100-d8.json", "docs/benchmarks/search/locks-2026-12-06-h100-d8.txt.gz"
+    )
+    assert res.returncode == 0, res.stderr
+    assert "shapes timed 660, of which stopped lost 448 (median samples 6;" in res.stdout
+    assert "held step-prepare-capture n=300, median 0.056 s" in res.stdout
     res = _with_locks("search-2026-12-05-g.json", str(tmp_path / "missing.txt"))
     assert res.returncode == 2
     assert "cannot read the lock trace" in res.stderr
