@@ -6,9 +6,10 @@ missing, null, "NaN" or of the wrong type, so every read here is defensive.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from kernels.engine.judge import number
 
 SUMMARY_FIELDS = (
     ("geomean_ms", "geomean time", "ms"),
@@ -153,7 +154,7 @@ def _shape(raw: Any) -> ShapeRow | None:
         bound=_text(raw.get("bound")),
         timing_mode=_text(raw.get("timing_mode")),
         samples=_count(raw.get("candidate_samples")),
-        slower_than_ms=_positive(raw.get("candidate_slower_than_ms")),
+        slower_than_ms=_positive(number(raw.get("candidate_slower_than_ms"))),
     )
 
 
@@ -161,10 +162,8 @@ def _count(x: Any) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else None
 
 
-def _positive(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return float(x) if math.isfinite(x) and x > 0 else None
+def _positive(x: float | None) -> float | None:
+    return x if x is not None and x > 0 else None
 
 
 def report_view(report: Any) -> ReportView:

@@ -692,8 +692,7 @@ def measure_shape(prep: Prepared, spec, cands: list[Candidate], send) -> None:
     # Screening stops sampling a candidate on a shape it has lost beyond doubt to the faster
     # baseline's cached time (`timing.lost`): no sample more would let it serve that shape.
     bar = (spec.get("bars") or {}).get(str(i)) if screening else None
-    bar = bar if isinstance(bar, int | float) and math.isfinite(bar) and bar > 0 else None
-    lose_ms = {f"candidate{c}": float(bar) for c in range(len(cands))} if bar else None
+    lose_ms = {f"candidate{c}": bar for c in range(len(cands))} if bar else None
     with torch.no_grad():
         results = timing.interleaved(
             prep.samplers,
