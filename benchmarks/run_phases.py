@@ -247,6 +247,21 @@ def lost_shapes(run: dict) -> dict | None:
     }
 
 
+def references(run: dict) -> dict | None:
+    """The float64 references of the run's evaluations: how many the compiled oracle computed,
+    how many the eager one, and in how many evaluations each served; None when the run did not
+    record them or the compiled oracle was off (`references`)."""
+    rows = [r for r in run.get("references") or [] if isinstance(r, dict)]
+    if not rows:
+        return None
+    return {
+        "evaluations": len(rows),
+        "compiled": sum(int(r.get("compiled") or 0) for r in rows),
+        "eager": sum(int(r.get("eager") or 0) for r in rows),
+        "evaluations_all_eager": sum(1 for r in rows if not r.get("compiled")),
+    }
+
+
 def summary(run: dict) -> dict:
     return {
         "evaluations": run.get("evaluations"),
@@ -260,6 +275,7 @@ def summary(run: dict) -> dict:
         "lock": lock_shares(run),
         "steps": steps(run),
         "lost_shapes": lost_shapes(run),
+        "references": references(run),
     }
 
 
@@ -315,6 +331,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"  shapes timed {lost['timed']}, of which stopped lost {lost['lost']} "
                 f"(median samples {_g(lost['median_samples_lost'])}; the others "
                 f"{_g(lost['median_samples_others'])})"
+            )
+        refs = s["references"]
+        if refs:
+            print(
+                f"  float64 references: {refs['compiled']} compiled, {refs['eager']} eager; "
+                f"{refs['evaluations_all_eager']} of {refs['evaluations']} evaluations "
+                "had none compiled"
             )
         for row in s["steps"]:
             cpu = "" if row["cpu_seconds"] is None else f"  cpu {row['cpu_seconds']:7.3f} s"

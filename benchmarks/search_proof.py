@@ -238,6 +238,9 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
             [sh.get("candidate_slower_than_ms") is not None for sh in r.get("shapes", [])]
             for r in reports
         ],
+        # How many of each evaluation's float64 references the compiled oracle computed and how
+        # many the eager one (None where the compiled oracle was off: docs/harness.md).
+        "references": [r.get("references") for r in reports],
         "reasons": [r["reasons"][:2] for r in reports],
         "baselines": [
             {k: (r.get("baselines") or {}).get(k) for k in ("source", "canary")} for r in reports

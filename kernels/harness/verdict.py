@@ -23,8 +23,9 @@ from typing import TypeVar
 import torch
 
 from kernels import problems
-from kernels.harness import roofline, sandbox, timing
+from kernels.harness import oracle, roofline, sandbox, timing
 from kernels.harness.compare import compare
+from kernels.harness.oracle import out_of_memory
 from kernels.protocol import FAILURES, HarnessFault
 
 UNSTABLE_SPREAD = 0.5
@@ -154,10 +155,6 @@ def _read_raw(
     return raw, shape
 
 
-def _out_of_memory(e: BaseException) -> bool:
-    return isinstance(e, MemoryError | torch.OutOfMemoryError) or "out of memory" in str(e).lower()
-
-
 # A CUDA context and the caching allocator's rounding: what a process needs of the GPU beyond the
 # memory its allocator reports (`crowded_out`).
 GPU_CONTEXT_MARGIN = 1 << 30
@@ -235,7 +232,7 @@ def crowded_out(message: str, memory: object) -> str | None:
 
 def _resource_error(e: BaseException, text: str) -> bool:
     """Out of memory, or a device error."""
-    return _out_of_memory(e) or "cuda" in text.lower() or type(e).__name__ == "AcceleratorError"
+    return out_of_memory(e) or "cuda" in text.lower() or type(e).__name__ == "AcceleratorError"
 
 
 class _WrongShape(ValueError):
@@ -288,6 +285,10 @@ class Run:
         self._checked: set[int] = set()  # shapes whose `verified` report was checked
         self.ahead_computed = 0
         self.ahead_wait = 0.0  # seconds of `reference_wait` that were the work ahead's
+        # The process's compiled oracle for this problem (kernels.harness.oracle), or None, and
+        # how many of this evaluation's references each oracle computed.
+        self.fast = oracle.for_problem(problem, self.pdev, dtype)
+        self.references_by = {"compiled": 0, "eager": 0}
 
     def on_event(self, event: dict) -> None:
         """Tell the caller of progress. Progress is for the caller's display and pacing: its
@@ -327,23 +328,89 @@ class Run:
         J-th input set graph-mode timing cycles through (the child's `prepare_shape`)."""
         key = (i, which)
         if key not in self._oracles:
-            if which.startswith("rot"):
-                seed = timing.input_set_seed(self.seeds[i]["rot"], int(which[3:]))
-            else:
-                seed = self.seeds[i][which]
-            inputs = self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
-            # Another shape's references go, but for those computed ahead (on the host, until
-            # their shape is checked).
-            self._oracles = {
-                k: v for k, v in self._oracles.items() if k[0] == i or k in self._ahead
-            }
-            ref = self.problem.oracle(*inputs)
-            if ref.numel() <= HOST_COMPARE_MAX:
-                # Compared on the host: a few dozen launches and a synchronisation fewer on a
-                # GPU that other processes' contexts take turns on, and the GPU given up sooner.
-                ref = ref.cpu()
-            self._oracles[key] = ref
+            inputs = self._inputs(i, which)
+            self._keep(key, self._reference(i, inputs))
         return self._oracles[key]
+
+    def _inputs(self, i: int, which: str) -> tuple[torch.Tensor, ...]:
+        if which.startswith("rot"):
+            seed = timing.input_set_seed(self.seeds[i]["rot"], int(which[3:]))
+        else:
+            seed = self.seeds[i][which]
+        return self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
+
+    def _keep(self, key: tuple[int, str], ref: torch.Tensor) -> None:
+        # Another shape's references go, but for those computed ahead (on the host, until
+        # their shape is checked).
+        i = key[0]
+        self._oracles = {k: v for k, v in self._oracles.items() if k[0] == i or k in self._ahead}
+        if ref.numel() <= HOST_COMPARE_MAX:
+            # Compared on the host: a few dozen launches and a synchronisation fewer on a GPU
+            # that other processes' contexts take turns on, and the GPU given up sooner.
+            ref = ref.cpu()
+        self._oracles[key] = ref
+
+    def _reference(self, i: int, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The oracle on `inputs` of shape i: compiled where the process's compiled oracle
+        serves the shape (`oracle.Compiled`), else eager."""
+        label = self.results[i]["label"]
+        fast = self.fast
+        if fast is not None and fast.serves(label):
+            try:
+                ref = fast(*inputs)
+            except Exception as e:
+                if out_of_memory(e):
+                    raise
+                if oracle.refused(e):  # it would compile: admitted again before it serves
+                    fast.withdraw(label)
+                else:
+                    why = f"the compiled oracle failed: {type(e).__name__}: {str(e)[:200]}"
+                    fast.withdraw(label, why)
+                    self.notes.append(f"{label}: {why}; the eager oracle serves it")
+            else:
+                self.references_by["compiled"] += 1
+                return ref
+        self.references_by["eager"] += 1
+        return self.problem.oracle(*inputs)
+
+    def admit(self, i: int, which: str) -> None:
+        """Where the process's compiled oracle has not yet been checked on shape i, and no
+        other evaluation is checking it on a shape: compute shape i's reference `which` both
+        ways (`oracle.Compiled.admit`), keep the eager one as that reference, and admit the
+        shape when they agree. Outside any hold of the GPU: a compile needs none. Running out
+        of memory leaves the shape undecided, for the check itself to go on as usual."""
+        fast = self.fast
+        label = self.results[i]["label"]
+        if fast is None or fast.decided(label) or not fast.admitting.acquire(blocking=False):
+            return
+        try:
+            if fast.decided(label):
+                return
+            with torch.no_grad(), self.reference_slot(self.reference_bytes(i)):
+                try:
+                    with self.gpu_hold():
+                        inputs = self._inputs(i, which)
+                        ref = self.problem.oracle(*inputs)
+                    self.references_by["eager"] += 1
+
+                    def held(work: Callable[[], T]) -> T:
+                        with self.gpu_hold():
+                            return work()
+
+                    why = fast.admit(label, inputs, ref, held)
+                    if why is not None:
+                        self.notes.append(f"{label}: {why[:300]}; the eager oracle serves it")
+                    self._keep((i, which), ref)
+                except Exception as e:
+                    if not out_of_memory(e):
+                        raise
+                finally:
+                    inputs = ref = None
+                    if self.pdev == "cuda":
+                        with self.gpu_hold():
+                            torch.cuda.empty_cache()
+        finally:
+            fast.admitting.release()
 
     def problem_fault(self, i: int) -> str | None:
         """Why the problem itself fails on shape i, or None: its inputs for every seed the
@@ -392,7 +459,7 @@ class Run:
                             # memory).
                             torch.cuda.empty_cache()
             except Exception as e:
-                if not _out_of_memory(e):
+                if not out_of_memory(e):
                     raise
                 why = f"{what}: this process ran out of memory: {type(e).__name__}: {e}"[:400]
             # Past the handler, the error's frames and the tensors they held are gone.
@@ -472,6 +539,9 @@ class Run:
     def references(self, i: int, whichs: list[str]) -> dict[str, torch.Tensor]:
         """The float64 references of shape i on the inputs `whichs` (`oracle`), those not yet
         computed computed together, under one hold of the GPU (`own_work`)."""
+        missing = [w for w in whichs if (i, w) not in self._oracles]
+        if missing:
+            self.admit(i, missing[0])
         if any((i, w) not in self._oracles for w in whichs):
             label = self.results[i]["label"]
             self.own_work(
@@ -876,6 +946,7 @@ def assemble_report(run: Run, problem, dinfo, dtype, tier, started, sources) -> 
         **({"end_to_end": run.end_to_end} if run.end_to_end is not None else {}),
         "timeline": timeline_of(run.timeline),
         "timeline_cpu": dict(run.timeline_cpu),
+        **({"references": dict(run.references_by)} if run.fast is not None else {}),
     }
 
 

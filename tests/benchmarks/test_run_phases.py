@@ -154,6 +154,18 @@ def test_the_shapes_screening_stopped_lost_are_counted_where_recorded() -> None:
     assert run_phases.lost_shapes(_run()) is None  # a run from before they were recorded
 
 
+def test_the_references_each_oracle_computed_are_counted_where_recorded() -> None:
+    run = {"references": [{"compiled": 40, "eager": 4}, {"compiled": 0, "eager": 44}, None]}
+    assert run_phases.references(run) == {
+        "evaluations": 2,
+        "compiled": 40,
+        "eager": 48,
+        "evaluations_all_eager": 1,
+    }
+    assert run_phases.references(_run()) is None  # from before, or the compiled oracle off
+    assert run_phases.references({"references": [None, None]}) is None
+
+
 def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-05-g.json")
 
