@@ -179,10 +179,11 @@ _registry_lock = threading.Lock()
 
 def for_problem(problem: Any, device: str, dtype: torch.dtype) -> Compiled | None:
     """The process's compiled oracle for `problem`'s inputs of `dtype` on `device` ("cuda" or
-    "cpu"), or None where the eager oracle serves every shape: turned off, or a problem whose
-    tolerance is within MARGIN of AGREE."""
+    "cpu"), or None where the eager oracle serves every shape: turned off, for the process or
+    by the problem (`COMPILED_ORACLE = False`), or a problem whose tolerance is within MARGIN of
+    AGREE."""
     on = SETTING if SETTING is not None else device == "cuda"
-    if not on:
+    if not on or not problem.compiled_oracle:
         return None
     tol = problem.tolerance(dtype)
     if min(float(tol[k]) for k in ("atol", "rtol", "l2")) < MARGIN * AGREE:

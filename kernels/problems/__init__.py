@@ -23,6 +23,7 @@ Module contract (see docs/problems.md):
     def oracle(*inputs_fp64) -> Tensor  # optional; defaults to reference on float64 inputs
     BLOCK_OP: str                       # optional; the op of kernels/block.py it stands in for
     SEED: str                           # optional; its seed kernel, relative to the module
+    COMPILED_ORACLE: bool               # optional, True; False: the oracle always runs eagerly
 """
 
 from __future__ import annotations
@@ -113,6 +114,11 @@ class Problem:
     @property
     def block_op(self) -> str | None:
         return getattr(self.module, "BLOCK_OP", None)
+
+    @property
+    def compiled_oracle(self) -> bool:
+        """Whether the harness may compile the oracle (docs/problems.md); True by default."""
+        return bool(getattr(self.module, "COMPILED_ORACLE", True))
 
     @property
     def seed_path(self) -> Path:
@@ -309,6 +315,8 @@ def _check_declarations(name: str, mod: ModuleType) -> None:
             raise ProblemError(f"problem {name!r}: {key} must be a dict")
     _check_tolerance(name, mod.TOLERANCE)
     _check_dims(name, mod, sig)
+    if not isinstance(getattr(mod, "COMPILED_ORACLE", True), bool):
+        raise ProblemError(f"problem {name!r}: COMPILED_ORACLE must be True or False")
 
 
 _TOLERANCE_KEYS = ("atol", "rtol", "l2")

@@ -249,3 +249,22 @@ def test_a_problem_held_to_a_tolerance_near_the_agreement_keeps_the_eager_oracle
 
     assert oracle.for_problem(problem, "cpu", torch.float32) is None
     assert oracle.for_problem(problem, "cpu", torch.bfloat16) is not None
+
+
+def test_a_problem_can_keep_the_eager_oracle(on: None, tmp_path: Path):
+    body = (
+        "from kernels.problems.softmax import *  # noqa: F403\n\n"
+        'SEED = "' + str(ROOT / "kernels" / "seeds" / "softmax.py") + '"\n'
+    )
+    (tmp_path / "softmax_eager.py").write_text(body + "COMPILED_ORACLE = False\n")
+    (tmp_path / "softmax_unsure.py").write_text(body + "COMPILED_ORACLE = 'no'\n")
+
+    problem = problems.load("softmax_eager", [str(tmp_path)])
+    assert problem.compiled_oracle is False
+    assert oracle.for_problem(problem, "cpu", torch.float32) is None
+    run = _run(problem, problem.shapes("smoke")[:1])
+    run.references(0, ["first"])
+    assert run.references_by == {"compiled": 0, "eager": 1}
+    assert problems.load("softmax").compiled_oracle is True
+    with pytest.raises(problems.ProblemError, match="COMPILED_ORACLE must be True or False"):
+        problems.load("softmax_unsure", [str(tmp_path)])
