@@ -33,7 +33,12 @@ LIBRARY_USES_OF_SEARCHES = (
 )
 # The GPU worker's entry point and what only it runs: a web module imports kernels.protocol and
 # kernels.queues for the queues, never these.
-WORKER_ONLY = ("kernels.worker", "kernels.harness.evaluation", "kernels.harness.verdict")
+WORKER_ONLY = (
+    "kernels.worker",
+    "kernels.harness.evaluation",
+    "kernels.harness.verdict",
+    "kernels.harness.oracle",
+)
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
