@@ -159,9 +159,10 @@ def _adopt() -> None:
 
 
 def cmd_evaluate(args) -> int:
-    from kernels.harness import evaluate
+    from kernels.harness import evaluate, oracle
 
     _adopt()
+    oracle.one_evaluation()
     problem = _load_problem(args)
     source, _ = _read_candidate(args.candidate, problem)
     dev = _device(args.device)
@@ -346,8 +347,9 @@ def cmd_ceilings(args) -> int:
 
 
 def cmd_profile(args) -> int:
-    from kernels.harness import profile
+    from kernels.harness import oracle, profile
 
+    oracle.one_evaluation()
     problem = _load_problem(args)
     source, _ = _read_candidate(args.candidate, problem)
     if _device(args.device) != "cuda":

@@ -17,8 +17,10 @@ checked on that shape; and compiling happens only inside an admission, outside t
 with only the compiled code's run under a shared hold (`Compiled.admit`): an evaluation that
 would need a compile in the middle of its checks gets the eager oracle instead.
 
-On by default on a GPU, off on the CPU (where the interpreter, not the references, takes the
-time, and a compile takes longer than the references it would save):
+On by default on a GPU in a process that evaluates many candidates (a worker, `kernels tune`);
+off on the CPU, where the interpreter, not the references, takes the time, and in a process
+that evaluates one (`kernels evaluate`, `kernels profile`: `one_evaluation`), where the compile
+and the admissions would cost more than the references they save.
 AUTOWEB_COMPILED_ORACLE=1 turns it on anywhere, 0 off.
 """
 
@@ -55,6 +57,17 @@ def setting(value: str | None) -> bool | None:
 
 # A bad setting stops the process here, when it loads the harness.
 SETTING = setting(os.environ.get(ENV))
+# Whether this process evaluates one candidate and ends (`one_evaluation`).
+_ONE_EVALUATION = False
+
+
+def one_evaluation() -> None:
+    """This process evaluates one candidate: unless AUTOWEB_COMPILED_ORACLE says otherwise,
+    its references are eager (about 3 s of compiles on an H100, for a sweep's references that
+    take about 0.15 s of the GPU eager: docs/benchmarks/search.md)."""
+    global _ONE_EVALUATION
+    _ONE_EVALUATION = True
+
 
 Hold = Callable[[Callable[[], Any]], Any]
 
@@ -182,7 +195,7 @@ def for_problem(problem: Any, device: str, dtype: torch.dtype) -> Compiled | Non
     "cpu"), or None where the eager oracle serves every shape: turned off, for the process or
     by the problem (`COMPILED_ORACLE = False`), or a problem whose tolerance is within MARGIN of
     AGREE."""
-    on = SETTING if SETTING is not None else device == "cuda"
+    on = SETTING if SETTING is not None else device == "cuda" and not _ONE_EVALUATION
     if not on or not problem.compiled_oracle:
         return None
     tol = problem.tolerance(dtype)

@@ -268,3 +268,19 @@ def test_a_problem_can_keep_the_eager_oracle(on: None, tmp_path: Path):
     assert problems.load("softmax").compiled_oracle is True
     with pytest.raises(problems.ProblemError, match="COMPILED_ORACLE must be True or False"):
         problems.load("softmax_unsure", [str(tmp_path)])
+
+
+def test_a_process_that_evaluates_one_candidate_keeps_the_eager_oracle_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(oracle, "_registry", {})
+    monkeypatch.setattr(oracle, "_ONE_EVALUATION", False)
+    monkeypatch.setattr(oracle, "SETTING", None)
+    problem = problems.load("softmax")
+    assert oracle.for_problem(problem, "cuda", torch.bfloat16) is not None
+
+    oracle.one_evaluation()
+
+    assert oracle.for_problem(problem, "cuda", torch.bfloat16) is None
+    monkeypatch.setattr(oracle, "SETTING", True)
+    assert oracle.for_problem(problem, "cuda", torch.bfloat16) is not None
