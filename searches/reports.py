@@ -73,6 +73,7 @@ class ReportView:
     tier: str = ""
     dtype: str = ""
     sandbox: list[SandboxRow] = field(default_factory=list)
+    references: str = ""  # which oracle computed the outputs' float64 references
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,26 @@ def _sandbox(report: dict[str, Any]) -> list[SandboxRow]:
     if "signals" in conf:
         rows.append(SandboxRow("signal scope", conf.get("signals") is True))
     return rows
+
+
+def _references(report: dict[str, Any]) -> str:
+    """Which oracle computed the float64 references the outputs were checked against
+    (docs/harness.md, Measurement), for the checks' card; "" where the report does not say
+    (the compiled oracle off, or a report from before it) or says it with garbage."""
+    refs = _dict(report.get("references"))
+    compiled, eager = _tally(refs.get("compiled")), _tally(refs.get("eager"))
+    if compiled is None or eager is None or compiled + eager == 0:
+        return ""
+    if not compiled:
+        return f"Float64 references: all {eager} from the eager oracle."
+    return (
+        f"Float64 references: {compiled} from the compiled oracle, on shapes where it had "
+        f"agreed with the eager one, and {eager} from the eager oracle."
+    )
+
+
+def _tally(x: Any) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -195,6 +216,7 @@ def report_view(report: Any) -> ReportView:
         tier=_text(report.get("tier")),
         dtype=_text(report.get("dtype")),
         sandbox=_sandbox(report),
+        references=_references(report),
     )
 
 

@@ -101,6 +101,27 @@ def test_a_shape_screening_stopped_lost_says_so_with_its_samples(engineer_client
         assert "samples" not in rows[label] and "stopped," not in rows[label], rows[label]
 
 
+def test_the_checks_card_says_which_oracle_computed_the_references(engineer_client, search):
+    report = h200_report()
+    report["references"] = {"compiled": 40, "eager": 4}
+    checks = section(
+        trial_page(engineer_client, judged(search, knob_variant(2048), report)), "checks"
+    )
+    assert "40 from the compiled oracle, on shapes where it had agreed with the eager one" in checks
+    assert "and 4 from the eager oracle" in checks
+
+    report["references"] = {"compiled": 0, "eager": 44}
+    checks = section(
+        trial_page(engineer_client, judged(search, knob_variant(4096), report)), "checks"
+    )
+    assert "all 44 from the eager oracle" in checks
+    # A report from before, or with garbage there, says nothing of it.
+    for i, refs in enumerate(({"compiled": True, "eager": 4}, {"compiled": -1}, "40", None)):
+        report["references"] = refs
+        trial = judged(search, knob_variant(8192 + i), report)
+        assert 'id="references"' not in section(trial_page(engineer_client, trial), "checks")
+
+
 def test_the_device_card_says_which_sandbox_layers_the_candidate_ran_under(engineer_client, search):
     # The recorded H200 report predates Landlock and the socket filter: it must not claim them.
     old = judged(search, knob_variant(2048), h200_report())
