@@ -34,18 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from kernels import problems
+    from kernels.harness.oracle import compile_oracle
 
     if not torch.cuda.is_available():
         print("oracle_cost.py: needs a CUDA GPU", file=sys.stderr)
         return 2
     p = problems.load(args.problem, args.problems_dir)
     dtype = p.dtype("cuda")
-    fn = getattr(p.module, "oracle", p.module.reference)
-
-    def upcast(*xs: torch.Tensor) -> torch.Tensor:
-        return fn(*(x.double() if x.is_floating_point() else x for x in xs))
-
-    compiled = torch.compile(upcast, dynamic=True, fullgraph=True)
+    compiled = compile_oracle(p)
 
     def ms(work, cold: bool = False) -> float:
         best = float("inf")

@@ -249,8 +249,8 @@ def lost_shapes(run: dict) -> dict | None:
 
 def references(run: dict) -> dict | None:
     """The float64 references of the run's evaluations: how many the compiled oracle computed,
-    how many the eager one, and in how many evaluations each served; None when the run did not
-    record them or the compiled oracle was off (`references`)."""
+    how many the eager one, and how many evaluations had none compiled; None when the run did
+    not record them or the compiled oracle was off (`references`)."""
     rows = [r for r in run.get("references") or [] if isinstance(r, dict)]
     if not rows:
         return None

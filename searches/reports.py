@@ -108,7 +108,7 @@ def _references(report: dict[str, Any]) -> str:
     (docs/harness.md, Measurement), for the checks' card; "" where the report does not say
     (the compiled oracle off, or a report from before it) or says it with garbage."""
     refs = _dict(report.get("references"))
-    compiled, eager = _tally(refs.get("compiled")), _tally(refs.get("eager"))
+    compiled, eager = _count(refs.get("compiled"), 0), _count(refs.get("eager"), 0)
     if compiled is None or eager is None or compiled + eager == 0:
         return ""
     if not compiled:
@@ -117,10 +117,6 @@ def _references(report: dict[str, Any]) -> str:
         f"Float64 references: {compiled} from the compiled oracle, on shapes where it had "
         f"agreed with the eager one, and {eager} from the eager oracle."
     )
-
-
-def _tally(x: Any) -> int | None:
-    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -179,8 +175,9 @@ def _shape(raw: Any) -> ShapeRow | None:
     )
 
 
-def _count(x: Any) -> int | None:
-    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else None
+def _count(x: Any, least: int = 1) -> int | None:
+    """`x` where it is a whole number of at least `least`, else None."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= least else None
 
 
 def _positive(x: float | None) -> float | None:

@@ -87,21 +87,23 @@ def refused(e: BaseException) -> bool:
     return False
 
 
+def compile_oracle(problem: Any, backend: str | Callable = "inductor") -> Callable:
+    """`problem.oracle_function()` under torch.compile as the harness compiles it: dynamic
+    shapes, one graph (the upcast to float64 inside it), compiled at its first call."""
+    upcast = problem.oracle_function()
+    # A code object of its own: dynamo keeps its compiled code, and counts its recompiles
+    # against a limit, per code object, which every problem's oracle would otherwise share.
+    upcast.__code__ = upcast.__code__.replace(co_name=f"oracle_{problem.name}")
+    return torch.compile(upcast, dynamic=True, fullgraph=True, backend=backend)
+
+
 class Compiled:
     """One problem's oracle compiled for one device and input dtype, and the shapes it serves.
     Shared by every evaluation of the process (each a thread)."""
 
     def __init__(self, problem: Any) -> None:
         self.problem = problem
-        fn = getattr(problem.module, "oracle", problem.module.reference)
-
-        def upcast(*inputs: torch.Tensor) -> torch.Tensor:
-            return fn(*(x.double() if x.is_floating_point() else x for x in inputs))
-
-        # A code object of its own: dynamo keeps its compiled code, and counts its recompiles
-        # against a limit, per code object, which every problem's `upcast` would otherwise share.
-        upcast.__code__ = upcast.__code__.replace(co_name=f"oracle_{problem.name}")
-        self.fn = torch.compile(upcast, dynamic=True, fullgraph=True, backend=self._backend)
+        self.fn = compile_oracle(problem, self._backend)
         self.admitted: set[str] = set()
         self.refused: dict[str, str] = {}  # shape label -> why the eager oracle serves it
         self.broken: str | None = None  # why it serves no shape at all

@@ -405,7 +405,7 @@ class Run:
                     if not out_of_memory(e):
                         raise
                 finally:
-                    inputs = ref = None
+                    inputs = ref = None  # their memory freed, then given back to the GPU
                     if self.pdev == "cuda":
                         with self.gpu_hold():
                             torch.cuda.empty_cache()

@@ -158,10 +158,19 @@ class Problem:
         """The reference in float64: what every candidate output is compared against."""
         import torch
 
-        hp = tuple(x.double() if x.is_floating_point() else x for x in inputs)
-        fn: Callable[..., torch.Tensor] = getattr(self.module, "oracle", self.module.reference)
         with torch.no_grad():
-            return fn(*hp)
+            return self.oracle_function()(*inputs)
+
+    def oracle_function(self) -> Callable[..., torch.Tensor]:
+        """A new function that upcasts its floating-point inputs to float64 and runs the
+        problem's `oracle` (its reference where it has none) on them: what `oracle` runs, and
+        what the harness compiles (kernels.harness.oracle)."""
+        fn: Callable[..., torch.Tensor] = getattr(self.module, "oracle", self.module.reference)
+
+        def upcast(*inputs: torch.Tensor) -> torch.Tensor:
+            return fn(*(x.double() if x.is_floating_point() else x for x in inputs))
+
+        return upcast
 
     def flops(self, shape: dict[str, int]) -> float:
         return float(self.module.flops(shape))
