@@ -588,7 +588,7 @@ def prepare_shape(
     prep = Prepared(i)
     dtype = getattr(torch, spec["dtype"])
     seeds = spec["seeds"][i]
-    l2 = int(spec.get("l2_bytes") or (50 << 20))
+    l2 = int(spec.get("l2_bytes") or timing.DEFAULT_L2_BYTES)
     a = problem.make_inputs(shape, dtype, "cuda", seeds["final"])
     flush = timing.flusher(l2)
     prep.keep.append(a)
@@ -624,21 +624,17 @@ def prepare_shape(
             wanted = "graph" if fastest < timing.GRAPH_THRESHOLD_MS else "events"
         if wanted == "graph":
             try:
-                set_bytes = sum(x.numel() * x.element_size() for x in a)
-                nsets = max(1, min(timing.MAX_INPUT_SETS, math.ceil(2.5 * l2 / max(set_bytes, 1))))
-                rot = seeds["rot"]
-                sets = [a] + [
-                    problem.make_inputs(shape, dtype, "cuda", timing.input_set_seed(rot, j))
-                    for j in range(1, nsets)
-                ]
-                reps = max(timing.GRAPH_REPS, nsets)
-                reps = math.ceil(reps / nsets) * nsets
                 # The output verified is that of one captured call past the first, picked by
                 # the secret seed, replayed once more after the samples on new values in that
                 # call's input set (`measure_shape`; the caller computes their reference): a
                 # kernel that worked only on the first call it saw captured, on the first input
                 # set, or not at all once captured (a copy of a kept result), is caught.
-                pick = random.Random(seeds["final"] ^ 0x9A7).randrange(1, reps) if reps > 1 else 0
+                nsets, reps, pick = timing.graph_plan(l2, timing.inputs_bytes(a), seeds["final"])
+                rot = seeds["rot"]
+                sets = [a] + [
+                    problem.make_inputs(shape, dtype, "cuda", timing.input_set_seed(rot, j))
+                    for j in range(1, nsets)
+                ]
                 prep.graph_set = pick % nsets
                 if cands:
                     new_values(sets[prep.graph_set], timing.MAX_INPUT_SETS + prep.graph_set)

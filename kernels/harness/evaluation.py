@@ -392,6 +392,15 @@ def run(
     run_ = rules.Run(problem, dev, shapes, seeds, dtype, on_event)
     run_.cached = cached
     run_.retiming = not request.verify and bool(sources)
+    l2_bytes = (dinfo.get("ceilings") or {}).get("l2_bytes")
+    timed = dev == "cuda" and bool(request.extra.get("time", True))
+    if timed and sources and request.verify and request.extra.get("modes"):
+        # The caller chose each shape's timing mode: it knows before the child times on which
+        # new values each timed output will be made (verdict.Run.timed_which).
+        run_.timed_plan = {
+            "modes": request.extra["modes"],
+            "l2_bytes": l2_bytes,
+        }
 
     def report() -> dict:
         return rules.assemble_report(run_, problem, dinfo, dtype, request.tier, started, sources)
@@ -435,7 +444,7 @@ def run(
                 "shapes": shapes,
                 "seeds": seeds,
                 "out_dir": str(child.dir / "out"),
-                "l2_bytes": (dinfo.get("ceilings") or {}).get("l2_bytes"),
+                "l2_bytes": l2_bytes,
                 "budget_s": request.budget_s,
                 "baselines_compiled": request.baselines_compiled,
                 "verify": request.verify,
@@ -804,6 +813,8 @@ class _Pump:
             }
             held = {f"held_{k}": round(v, 3) for k, v in self.held.items()}
         ahead = {"references_ahead": run.ahead_computed} if run and run.ahead_computed else {}
+        if run and run.timed_early:
+            ahead["timed_early"] = run.timed_early
         return {**{k: round(v, 3) for k, v in waited.items()}, "holds": self.holds, **held, **ahead}
 
     def share_gpu_and_verify_timed(self) -> None:

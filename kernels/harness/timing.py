@@ -42,6 +42,36 @@ MAX_INPUT_SETS = 32  # graph mode cycles through at most this many input sets (L
 # captured call whose output is kept (picked by the secret seed). No other input set of the
 # shape has those seeds.
 EVENTS_INPUT_SET = 2 * MAX_INPUT_SETS
+# The L2 size assumed where the device's ceilings do not give it.
+DEFAULT_L2_BYTES = 50 << 20
+
+
+def graph_plan(l2_bytes: int | None, set_bytes: int, final_seed: int) -> tuple[int, int, int]:
+    """Graph mode's plan for a shape whose inputs take `set_bytes`: (input sets cycled through,
+    calls captured, the captured call whose output is kept). Enough sets that together they
+    exceed the L2 2.5 times; the kept call is one past the first, picked by the secret seed
+    `final_seed`. The child (childrun.prepare_shape) captures by it; the caller predicts from it
+    which new values the kept call's output will be made on (`fresh_set`)."""
+    l2 = int(l2_bytes or DEFAULT_L2_BYTES)
+    nsets = max(1, min(MAX_INPUT_SETS, math.ceil(2.5 * l2 / max(set_bytes, 1))))
+    reps = max(GRAPH_REPS, nsets)
+    reps = math.ceil(reps / nsets) * nsets
+    pick = random.Random(final_seed ^ 0x9A7).randrange(1, reps) if reps > 1 else 0
+    return nsets, reps, pick
+
+
+def fresh_set(mode: str, l2_bytes: int | None, set_bytes: int, final_seed: int) -> int:
+    """The input set whose values the output verified after the samples is made on, in timing
+    mode `mode` (`is_fresh_set` holds for it)."""
+    if mode == "events":
+        return EVENTS_INPUT_SET
+    nsets, _, pick = graph_plan(l2_bytes, set_bytes, final_seed)
+    return MAX_INPUT_SETS + pick % nsets
+
+
+def inputs_bytes(inputs: Sequence[torch.Tensor]) -> int:
+    """The bytes of one input set (every input a tensor)."""
+    return sum(x.numel() * x.element_size() for x in inputs)
 
 
 def input_set_seed(rot: list[int], j: int) -> int:
@@ -353,7 +383,7 @@ def measure_ceilings(device: str = "cuda") -> dict:
     return {
         "copy_gbps": round(copy_gbps, 1),
         "matmul_tflops_bf16": round(2 * m**3 / (mm_ms * 1e-3) / 1e12, 1),
-        "l2_bytes": int(getattr(props, "L2_cache_size", 50 << 20)),
+        "l2_bytes": int(getattr(props, "L2_cache_size", DEFAULT_L2_BYTES)),
         "sm_count": props.multi_processor_count,
         "method": "median of 20 device-to-device copies of 1 GiB (read+write bytes); "
         "median of 10 bf16 8192^3 products on random data; CUDA events",

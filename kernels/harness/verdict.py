@@ -74,6 +74,10 @@ REFERENCE_MEMORY_SHARE = 0.25
 # bytes of them per evaluation.
 AHEAD_HOST_BYTES = 256 << 20
 _AHEAD_WHICHS = ("first", "second", "final")
+# The reference of a shape's timed output (`Run.timed_which`), computed with its verification
+# references and kept on the host until the timed output is checked: at most this many bytes of
+# them per evaluation.
+TIMED_HOST_BYTES = 256 << 20
 
 
 def references_ahead_enabled() -> bool:
@@ -285,6 +289,15 @@ class Run:
         self._checked: set[int] = set()  # shapes whose `verified` report was checked
         self.ahead_computed = 0
         self.ahead_wait = 0.0  # seconds of `reference_wait` that were the work ahead's
+        # Where the caller knows each shape's timing mode before the child times (a screening
+        # or a re-time given cached baselines): {"modes": {str(i): mode}, "l2_bytes": ...}, so
+        # that each shape's timed output's reference is computed with its verification ones
+        # (`timed_which`), kept on the host meanwhile (`_for_timed`, `_for_timed_bytes`).
+        self.timed_plan: dict | None = None
+        self._for_timed: set[tuple[int, str]] = set()
+        self._for_timed_bytes = 0
+        self.timed_early = 0  # shapes whose timed outputs found their reference so computed
+        self._numel: dict[int, int | None] = {}
         # The process's compiled oracle for this problem (kernels.harness.oracle), or None, and
         # how many of this evaluation's references each oracle computed.
         self.fast = oracle.for_problem(problem, self.pdev, dtype)
@@ -341,9 +354,13 @@ class Run:
 
     def _keep(self, key: tuple[int, str], ref: torch.Tensor) -> None:
         # Another shape's references go, but for those computed ahead (on the host, until
-        # their shape is checked).
+        # their shape is checked) and those of timed outputs (on the host, until checked).
         i = key[0]
-        self._oracles = {k: v for k, v in self._oracles.items() if k[0] == i or k in self._ahead}
+        self._oracles = {
+            k: v
+            for k, v in self._oracles.items()
+            if k[0] == i or k in self._ahead or k in self._for_timed
+        }
         if ref.numel() <= HOST_COMPARE_MAX:
             # Compared on the host: a few dozen launches and a synchronisation fewer on a GPU
             # that other processes' contexts take turns on, and the GPU given up sooner.
@@ -466,6 +483,8 @@ class Run:
             self._oracles.clear()
             self._ahead.clear()
             self._ahead_bytes = 0
+            self._for_timed.clear()
+            self._for_timed_bytes = 0
             if self.pdev == "cuda":
                 torch.cuda.empty_cache()
             if wait is None:
@@ -521,11 +540,57 @@ class Run:
     def _output_numel(self, i: int) -> int | None:
         """Elements of shape i's reference, from the oracle on meta tensors (no data, no
         kernels); None where the problem cannot run on them."""
+        if i not in self._numel:
+            try:
+                inputs = self.problem.module.make_inputs(self.shapes[i], self.dtype, "meta", None)
+                self._numel[i] = int(self.problem.oracle(*inputs).numel())
+            except Exception:
+                self._numel[i] = None
+        return self._numel[i]
+
+    def timed_which(self, i: int) -> str | None:
+        """The input set (`rotJ`) that shape i's timed output will be made on, where the caller
+        knows it before the child times (`timed_plan`: the shape's mode is the caller's, and
+        `timing.fresh_set` says the rest), its reference is compared on the host, and
+        `TIMED_HOST_BYTES` has room for it; else None. Only which reference to compute early:
+        the timed output is checked against the reference of the set the child names, computed
+        then if it is another (`timing.is_fresh_set` bounds which it may name)."""
+        plan = self.timed_plan
+        mode = ((plan or {}).get("modes") or {}).get(str(i))
+        if mode not in ("graph", "events"):
+            return None
+        numel = self._output_numel(i)
+        if numel is None or numel > HOST_COMPARE_MAX:
+            return None
+        if self._for_timed_bytes + numel * 8 > TIMED_HOST_BYTES:
+            return None
         try:
             inputs = self.problem.module.make_inputs(self.shapes[i], self.dtype, "meta", None)
-            return int(self.problem.oracle(*inputs).numel())
+            set_bytes = timing.inputs_bytes(inputs)
         except Exception:
             return None
+        j = timing.fresh_set(mode, plan.get("l2_bytes"), set_bytes, self.seeds[i]["final"])
+        return f"rot{j}"
+
+    def keep_for_timed(self, i: int, which: str) -> None:
+        """Shape i's reference `which`, computed, stays until its timed output is checked
+        (`timed_checked`), where it is kept on the host; otherwise it goes now."""
+        ref = self._oracles.get((i, which))
+        if ref is None or (i, which) in self._for_timed:
+            return
+        if ref.device.type != "cpu":
+            self._oracles.pop((i, which), None)
+            return
+        self._for_timed.add((i, which))
+        self._for_timed_bytes += _nbytes(ref)
+
+    def timed_checked(self, i: int) -> None:
+        """Shape i's timed outputs have been checked: the reference kept for them goes."""
+        for key in [k for k in self._for_timed if k[0] == i]:
+            self._for_timed.discard(key)
+            ref = self._oracles.pop(key, None)
+            if ref is not None:
+                self._for_timed_bytes -= _nbytes(ref)
 
     def checked(self, i: int) -> None:
         """Shape i's report has been checked: what was computed ahead for it goes."""
@@ -606,8 +671,14 @@ def on_verified(run: Run, msg: dict, root: Path) -> None:
     run.check("output_contract", True, "plain torch.Tensor of the right dtype and device")
     outs = msg.get("outputs") or {}
     # The references of every output the child sent (the first call, the call on new values,
-    # the graph replay), computed under one hold of the GPU rather than one each.
-    run.references(i, [w for tag, w in _VERIFIED if tag in outs])
+    # the graph replay), computed under one hold of the GPU rather than one each; with them,
+    # where the caller knows it, that of the output the child will make on new values when it
+    # has timed the shape (`Run.timed_which`): checked then with no hold of the GPU.
+    whichs = [w for tag, w in _VERIFIED if tag in outs]
+    timed_which = run.timed_which(i) if whichs else None
+    run.references(i, whichs + ([timed_which] if timed_which else []))
+    if timed_which:
+        run.keep_for_timed(i, timed_which)
     if "first" in outs:
         ok = run.verify(i, "first", "first", outs["first"], root)
         why = f"{label}: {run.results[i]['errors'].get('first', {}).get('reason', 'unreadable')}"
@@ -737,11 +808,14 @@ def on_timed(run: Run, msg: dict, root: Path, dinfo: dict, n_cands: int) -> None
         run.fail("hack_suspected", f"{r['label']}: timed output not made on new values")
         return
     which = f"rot{inputs_set}"  # a fresh set, never the samples' own (`is_fresh_set`)
+    if (i, which) in run._for_timed:
+        run.timed_early += 1
     timed_ok = []
     for c in range(n_cands):
         meta = outs.get(f"timed{c}")
         ok = bool(meta) and run.verify(i, f"timed{c}", which, meta, root)
         timed_ok.append(ok)
+    run.timed_checked(i)
     if not run.retiming:
         if not timed_ok[0]:
             why = (

@@ -187,6 +187,35 @@ def test_it_rejects_the_planted_exploit_on_cuda(path: Path, head: dict) -> None:
     _run(path, head, "cuda")
 
 
+# Kernels that do their work only when it is not timed: caught screened too, where the caller
+# chose each shape's timing mode and so computed each timed output's reference with the
+# verification ones, before the child timed anything.
+TIMED_EXPLOITS = (
+    "benchmark_detection",
+    "events_cached_result",
+    "graph_first_call_only",
+    "graph_reused_output",
+)
+
+
+@pytest.fixture(scope="module")
+def screening_cache(tmp_path_factory: pytest.TempPathFactory):
+    from kernels.harness.baselines import BaselineCache
+
+    return BaselineCache(tmp_path_factory.mktemp("baselines"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fixture", TIMED_EXPLOITS)
+def test_it_rejects_a_timing_exploit_when_screened_too(fixture: str, screening_cache) -> None:
+    path = EXPLOITS / f"{fixture}.py"
+    head = _header(path)
+    report = evaluate(
+        head["problem"], path.read_text(), device="cuda", tier="smoke", baselines=screening_cache
+    )
+    _assert_rejected_for(report, path, head.get("expect-cuda", head["expect"]), "cuda")
+
+
 # ---- the run-time layer on its own (static checks off) ------------------------------------
 
 

@@ -89,6 +89,13 @@ def test_a_screened_candidate_shares_the_gpu_one_shape_at_a_time(
     # the reference is too large for the host and is compared on the GPU.
     big = sum(math.prod(r["shape"].values()) > verdict.HOST_COMPARE_MAX for r in report["shapes"])
     assert before.count("check") == n + 3 * big, holds
+    # The caller chose each shape's timing mode, so the reference of each timed output was
+    # computed in that same hold (verdict.Run.timed_which): after the exclusive hold their
+    # checks take none, but where an output is compared on the GPU (its reference and its
+    # comparison, one hold each).
+    after = holds[holds.index("exclusive") + 1 :]
+    assert after.count("check") == 2 * big, holds
+    assert report["gpu_wait"].get("timed_early", 0) == n - big, report["gpu_wait"]
     # The report counts the holds its caller took (a re-measure of the baselines takes its own)
     # and the time it waited for them.
     wait = report["gpu_wait"]

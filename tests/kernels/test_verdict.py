@@ -276,3 +276,140 @@ def test_the_lock_trace_names_a_hold_by_the_step_the_child_named():
     # What else the child writes there is its own text: the hold keeps its kind's label.
     for bad in (None, "", 7, "Verify", "x" * 40, "a b", "check\nexclusive", "-x", ["verify"]):
         assert step_label(bad) == "", bad
+
+
+def _timed_run(tmp_path: Path, mode: str, n: int = 2):
+    """A Run of `n` of softmax's smoke shapes whose caller chose shape 0's timing mode, and
+    a function that writes the output a right kernel makes on a shape's input set `which`."""
+    import torch
+
+    from kernels import problems
+    from kernels.harness.evaluation import _seeds
+
+    problem = problems.load("softmax")
+    shapes = problem.shapes("smoke")[1 : n + 1]  # (the first, 1x1, has one possible output)
+    run = verdict.Run(problem, "cpu", shapes, _seeds(n), torch.float32, None)
+    run.timed_plan = {"modes": {"0": mode}, "l2_bytes": 1 << 20}
+
+    def output(i: int, which: str, tag: str) -> dict:
+        inputs = run._inputs(i, which)
+        return childrun.write_tensor(problem.reference(*inputs), tmp_path, tag)
+
+    return run, output
+
+
+def _count_oracle(run, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls = [0]
+    reference = run._reference
+
+    def counted(i, inputs):
+        calls[0] += 1
+        return reference(i, inputs)
+
+    monkeypatch.setattr(run, "_reference", counted)
+    return calls
+
+
+@pytest.mark.parametrize("mode", ["events", "graph"])
+def test_the_timed_outputs_set_is_predicted_as_the_child_will_pick_it(mode: str, tmp_path: Path):
+    from kernels.harness import timing
+
+    run, _ = _timed_run(tmp_path, mode)
+    which = run.timed_which(0)
+    assert which is not None and which.startswith("rot")
+    j = int(which[3:])
+    assert timing.is_fresh_set(mode, j)
+    if mode == "events":
+        assert j == timing.EVENTS_INPUT_SET
+    else:
+        # What childrun.prepare_shape captures by: the same plan from the same inputs' bytes.
+        inputs = run.problem.make_inputs(run.shapes[0], run.dtype, "cpu", run.seeds[0]["final"])
+        nsets, reps, pick = timing.graph_plan(1 << 20, timing.inputs_bytes(inputs),
+                                              run.seeds[0]["final"])  # fmt: skip
+        assert 1 <= pick < reps and j == timing.MAX_INPUT_SETS + pick % nsets
+    # Nothing where the caller did not choose the mode, nor for a shape it chose none for.
+    assert run.timed_which(1) is None
+    run.timed_plan = None
+    assert run.timed_which(0) is None
+
+
+def test_no_timed_reference_is_computed_early_past_the_hosts_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    run, _ = _timed_run(tmp_path, "events")
+    numel = run._output_numel(0)
+    monkeypatch.setattr(verdict, "TIMED_HOST_BYTES", 8 * numel - 1)
+    assert run.timed_which(0) is None
+    monkeypatch.setattr(verdict, "TIMED_HOST_BYTES", 8 * numel)
+    assert run.timed_which(0) is not None
+    # A reference compared on the GPU is computed when its output is checked, not kept.
+    monkeypatch.setattr(verdict, "HOST_COMPARE_MAX", numel - 1)
+    assert run.timed_which(0) is None
+
+
+def test_a_timed_output_is_checked_against_its_reference_computed_with_the_verified_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    run, output = _timed_run(tmp_path, "events")
+    which = run.timed_which(0)
+    run.references(0, ["first", which])
+    run.keep_for_timed(0, which)
+    run.references(1, ["first"])  # the next shape's check: shape 0's "first" goes, this stays
+    assert (0, which) in run._oracles and (0, "first") not in run._oracles
+    calls = _count_oracle(run, monkeypatch)
+
+    j = int(which[3:])
+    msg = {"t": "timed", "i": 0, "mode": "events", "ms": {}, "inputs_set": j,
+           "outputs": {"timed0": output(0, which, "a")}}  # fmt: skip
+    verdict.on_timed(run, msg, tmp_path, {}, 1)
+
+    assert calls[0] == 0  # no reference computed now, so no hold of the GPU taken
+    assert run.results[0]["errors"]["timed0"]["passed"], run.results[0]["errors"]
+    assert run.timed_early == 1
+    assert (0, which) not in run._oracles and run._for_timed_bytes == 0
+
+
+def test_a_wrong_timed_output_fails_against_the_reference_computed_early(tmp_path: Path):
+    run, output = _timed_run(tmp_path, "events")
+    which = run.timed_which(0)
+    run.references(0, ["first", which])
+    run.keep_for_timed(0, which)
+    # The output of the samples' own values, handed back for the new values' (a kept result).
+    msg = {"t": "timed", "i": 0, "mode": "events", "ms": {}, "inputs_set": int(which[3:]),
+           "outputs": {"timed0": output(0, "final", "a")}}  # fmt: skip
+    verdict.on_timed(run, msg, tmp_path, {}, 1)
+
+    label = run.results[0]["label"]
+    assert run.timed_early == 1
+    assert not run.results[0]["errors"]["timed0"]["passed"]
+    assert any(
+        cat == "hack_suspected" and why.startswith(f"{label}: output produced while being timed")
+        for cat, why in run.failures
+    ), run.failures
+
+
+def test_a_timed_output_on_another_fresh_set_gets_that_sets_reference_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # The prediction only decides what is computed early: a child that names another fresh set
+    # (graph timing fell back to events) is checked against that set's reference, computed then.
+    from kernels.harness import timing
+
+    run, output = _timed_run(tmp_path, "graph")
+    predicted = run.timed_which(0)
+    run.references(0, ["first", predicted])
+    run.keep_for_timed(0, predicted)
+    calls = _count_oracle(run, monkeypatch)
+
+    named = f"rot{timing.EVENTS_INPUT_SET}"
+    assert named != predicted
+    msg = {"t": "timed", "i": 0, "mode": "events", "ms": {},
+           "inputs_set": timing.EVENTS_INPUT_SET,
+           "outputs": {"timed0": output(0, named, "a")}}  # fmt: skip
+    verdict.on_timed(run, msg, tmp_path, {}, 1)
+
+    assert calls[0] == 1
+    assert "hack_suspected" not in [cat for cat, _ in run.failures], run.failures
+    assert run.results[0]["errors"]["timed0"]["passed"]
+    assert run.timed_early == 0
+    assert (0, predicted) not in run._oracles and run._for_timed_bytes == 0
