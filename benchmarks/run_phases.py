@@ -69,20 +69,48 @@ def exclusive_share(run: dict) -> float | None:
     return round(sum(held) / wall, 3) if held and wall > 0 else None
 
 
-def on_gpu(run: dict) -> float | None:
-    """Mean number of evaluations between their first ask for the GPU and `gpu_done`, over the
-    steady window; None when the run did not record when each started or was too short."""
+def _mean_between(run: dict, first: str, last: str) -> float | None:
+    """Mean number of evaluations between the steps `first` and `last` of their timelines,
+    over the steady window; None when the run did not record when each started, was too
+    short, or no evaluation recorded both steps."""
     started, jobs, done = run.get("started_at"), run.get("jobs") or 0, run.get("done_at")
     if not started or not done or len(done) <= 2 * jobs + 1:
         return None
     done = sorted(done)
     lo, hi = done[jobs - 1], done[-jobs - 1]
-    total = 0.0
+    total, seen = 0.0, False
     for t0, tl in zip(started, run["timelines"], strict=True):
-        if tl and "want_gpu" in tl and "gpu_done" in tl:
-            a, b = max(lo, t0 + tl["want_gpu"]), min(hi, t0 + tl["gpu_done"])
+        if tl and first in tl and last in tl:
+            a, b = max(lo, t0 + tl[first]), min(hi, t0 + tl[last])
             total += max(0.0, b - a)
-    return round(total / (hi - lo), 2) if hi > lo else None
+            seen = True
+    return round(total / (hi - lo), 2) if hi > lo and seen else None
+
+
+def on_gpu(run: dict) -> float | None:
+    """Mean number of evaluations between their first ask for the GPU and `gpu_done`, over the
+    steady window (`_mean_between`)."""
+    return _mean_between(run, "want_gpu", "gpu_done")
+
+
+def after_gpu(run: dict) -> float | None:
+    """Mean number of evaluations still in flight after `gpu_done`, while the caller checked
+    their timed outputs, over the steady window (`_mean_between`): places that neither compile
+    nor use the GPU."""
+    return _mean_between(run, "gpu_done", "timed_verified")
+
+
+def timed_early(run: dict) -> dict | None:
+    """How many of the timed outputs' shapes found their reference computed with the
+    verification ones (`gpu_wait.timed_early`), of the shapes timed; None when no report of
+    the run counted any (reports made before it was counted, or timing modes the caller did
+    not choose)."""
+    waits = [w for w in run.get("gpu_wait") or [] if isinstance(w, dict)]
+    early = sum(int(w.get("timed_early") or 0) for w in waits)
+    if not early:
+        return None
+    timed = sum(len(ms) for ms in run.get("shape_ms") or [] if ms and ms[0] is not None)
+    return {"early": early, "shapes_timed": timed}
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
@@ -272,6 +300,8 @@ def summary(run: dict) -> dict:
         "steady_per_minute": run.get("steady_per_minute"),
         "exclusive_share": exclusive_share(run),
         "on_gpu": on_gpu(run),
+        "after_gpu": after_gpu(run),
+        "timed_early": timed_early(run),
         "lock": lock_shares(run),
         "steps": steps(run),
         "lost_shapes": lost_shapes(run),
@@ -318,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             f"ahead {s['ahead']}; "
             f"{s['per_minute']} per minute, steady state {s['steady_per_minute']}; "
             f"timing alone {s['exclusive_share']} of the wall clock; "
-            f"on the GPU at once {s['on_gpu']}"
+            f"on the GPU at once {s['on_gpu']}, checking the timed outputs after it "
+            f"{s['after_gpu']}"
         )
         if s["lock"]:
             print(
@@ -331,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"  shapes timed {lost['timed']}, of which stopped lost {lost['lost']} "
                 f"(median samples {_g(lost['median_samples_lost'])}; the others "
                 f"{_g(lost['median_samples_others'])})"
+            )
+        early = s["timed_early"]
+        if early:
+            print(
+                f"  timed outputs' references computed with their verification: "
+                f"{early['early']} of {early['shapes_timed']} shapes"
             )
         refs = s["references"]
         if refs:

@@ -76,6 +76,26 @@ def test_evaluations_on_the_gpu_at_once_are_averaged_over_the_steady_window() ->
     assert run_phases.on_gpu(early) is None  # the first runs recorded neither
 
 
+def test_evaluations_checking_their_timed_outputs_after_the_gpu_are_averaged_too() -> None:
+    # Window 6.5-12.5: the third evaluation left the GPU at 11.5 and had its timed outputs
+    # checked at 12.0; the first two had theirs checked before the window.
+    run = _run()
+    run["timelines"][0]["timed_verified"] = 6.0
+    run["timelines"][2]["timed_verified"] = 6.0
+    assert run_phases.after_gpu(run) == pytest.approx(0.5 / 6.0, abs=0.01)
+    assert run_phases.after_gpu(_run()) is None  # no evaluation recorded the step
+    assert run_phases.after_gpu({**_run(), "started_at": None}) is None
+
+
+def test_the_timed_outputs_whose_reference_was_computed_early_are_counted() -> None:
+    run = {
+        "gpu_wait": [{"timed_early": 3}, {"timed_early": 1}, None, {}],
+        "shape_ms": [[0.1, 0.2, 0.3], [0.1, 0.2, 0.3], [None, None, None], []],
+    }
+    assert run_phases.timed_early(run) == {"early": 4, "shapes_timed": 6}
+    assert run_phases.timed_early(_run()) is None  # reports from before it was counted
+
+
 def test_the_lock_shares_are_timing_and_the_drain_before_it_over_the_steady_window() -> None:
     # Window 6.5-12.5 (6 s). The third evaluation times from 11.0 to 11.5 after asking at 9.0;
     # the second's timing (5.0-6.5) and wait lie before the window.
@@ -198,6 +218,15 @@ def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "shapes timed 660, of which stopped lost 448 (median samples 6;" in res.stdout
     assert "held step-prepare-capture n=300, median 0.056 s" in res.stdout
+    # Before and after the timed outputs' references were computed with the verification.
+    res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-06-h100-q1.json")
+    assert res.returncode == 0, res.stderr
+    assert "on the GPU at once 6.84, checking the timed outputs after it 1.93" in res.stdout
+    assert "computed with their verification" not in res.stdout
+    res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-06-h100-p1.json")
+    assert res.returncode == 0, res.stderr
+    assert "on the GPU at once 8.32, checking the timed outputs after it 0.22" in res.stdout
+    assert "references computed with their verification: 660 of 660 shapes" in res.stdout
     res = _with_locks("search-2026-12-05-g.json", str(tmp_path / "missing.txt"))
     assert res.returncode == 2
     assert "cannot read the lock trace" in res.stderr
