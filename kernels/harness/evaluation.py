@@ -397,10 +397,7 @@ def run(
     if timed and sources and request.verify and request.extra.get("modes"):
         # The caller chose each shape's timing mode: it knows before the child times on which
         # new values each timed output will be made (verdict.Run.timed_which).
-        run_.timed_plan = {
-            "modes": request.extra["modes"],
-            "l2_bytes": l2_bytes,
-        }
+        run_.timed_plan = {"modes": request.extra["modes"], "l2_bytes": l2_bytes}
 
     def report() -> dict:
         return rules.assemble_report(run_, problem, dinfo, dtype, request.tier, started, sources)

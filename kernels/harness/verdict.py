@@ -289,15 +289,15 @@ class Run:
         self._checked: set[int] = set()  # shapes whose `verified` report was checked
         self.ahead_computed = 0
         self.ahead_wait = 0.0  # seconds of `reference_wait` that were the work ahead's
-        # Where the caller knows each shape's timing mode before the child times (a screening
-        # or a re-time given cached baselines): {"modes": {str(i): mode}, "l2_bytes": ...}, so
-        # that each shape's timed output's reference is computed with its verification ones
-        # (`timed_which`), kept on the host meanwhile (`_for_timed`, `_for_timed_bytes`).
+        # Where the caller chose each shape's timing mode before the child times (a screened
+        # evaluation): {"modes": {str(i): mode}, "l2_bytes": ...}, so that each shape's timed
+        # output's reference is computed with its verification ones (`verification_references`)
+        # and kept on the host meanwhile (`_for_timed`, `_for_timed_bytes`).
         self.timed_plan: dict | None = None
         self._for_timed: set[tuple[int, str]] = set()
         self._for_timed_bytes = 0
         self.timed_early = 0  # shapes whose timed outputs found their reference so computed
-        self._numel: dict[int, int | None] = {}
+        self._meta: dict[int, tuple[int, int] | None] = {}
         # The process's compiled oracle for this problem (kernels.harness.oracle), or None, and
         # how many of this evaluation's references each oracle computed.
         self.fast = oracle.for_problem(problem, self.pdev, dtype)
@@ -537,16 +537,21 @@ class Run:
         self.ahead_computed += len(new)
         return True
 
-    def _output_numel(self, i: int) -> int | None:
-        """Elements of shape i's reference, from the oracle on meta tensors (no data, no
-        kernels); None where the problem cannot run on them."""
-        if i not in self._numel:
+    def _sizes(self, i: int) -> tuple[int, int] | None:
+        """Shape i's reference's elements and its input set's bytes, from the oracle on meta
+        tensors (no data, no kernels); None where the problem cannot run on them."""
+        if i not in self._meta:
             try:
                 inputs = self.problem.module.make_inputs(self.shapes[i], self.dtype, "meta", None)
-                self._numel[i] = int(self.problem.oracle(*inputs).numel())
+                numel = int(self.problem.oracle(*inputs).numel())
+                self._meta[i] = (numel, timing.inputs_bytes(inputs))
             except Exception:
-                self._numel[i] = None
-        return self._numel[i]
+                self._meta[i] = None
+        return self._meta[i]
+
+    def _output_numel(self, i: int) -> int | None:
+        sizes = self._sizes(i)
+        return sizes[0] if sizes else None
 
     def timed_which(self, i: int) -> str | None:
         """The input set (`rotJ`) that shape i's timed output will be made on, where the caller
@@ -557,35 +562,35 @@ class Run:
         then if it is another (`timing.is_fresh_set` bounds which it may name)."""
         plan = self.timed_plan
         mode = ((plan or {}).get("modes") or {}).get(str(i))
-        if mode not in ("graph", "events"):
+        sizes = self._sizes(i) if mode in ("graph", "events") else None
+        if sizes is None or sizes[0] > HOST_COMPARE_MAX:
             return None
-        numel = self._output_numel(i)
-        if numel is None or numel > HOST_COMPARE_MAX:
-            return None
+        numel, set_bytes = sizes
         if self._for_timed_bytes + numel * 8 > TIMED_HOST_BYTES:
-            return None
-        try:
-            inputs = self.problem.module.make_inputs(self.shapes[i], self.dtype, "meta", None)
-            set_bytes = timing.inputs_bytes(inputs)
-        except Exception:
             return None
         j = timing.fresh_set(mode, plan.get("l2_bytes"), set_bytes, self.seeds[i]["final"])
         return f"rot{j}"
 
-    def keep_for_timed(self, i: int, which: str) -> None:
-        """Shape i's reference `which`, computed, stays until its timed output is checked
-        (`timed_checked`), where it is kept on the host; otherwise it goes now."""
-        ref = self._oracles.get((i, which))
-        if ref is None or (i, which) in self._for_timed:
-            return
-        if ref.device.type != "cpu":
-            self._oracles.pop((i, which), None)
-            return
-        self._for_timed.add((i, which))
+    def verification_references(self, i: int, whichs: list[str]) -> str | None:
+        """The references of shape i's verified outputs `whichs`, computed together under one
+        hold (`references`), and with them, where the caller knows it (`timed_which`), that of
+        the output the child will make on new values once it has timed the shape: kept on the
+        host until that output is checked (`timed_checked`), with no hold of the GPU then.
+        Returns which that one is, or None."""
+        timed = self.timed_which(i) if whichs else None
+        self.references(i, whichs + ([timed] if timed else []))
+        ref = self._oracles.get((i, timed)) if timed else None
+        if ref is None or ref.device.type != "cpu":
+            return None
+        self._for_timed.add((i, timed))
         self._for_timed_bytes += _nbytes(ref)
+        return timed
 
-    def timed_checked(self, i: int) -> None:
-        """Shape i's timed outputs have been checked: the reference kept for them goes."""
+    def timed_checked(self, i: int, which: str) -> None:
+        """Shape i's timed outputs have been checked against the reference `which`: counted in
+        `timed_early` where it had been computed with the verification ones, and whatever was
+        kept for them goes."""
+        self.timed_early += (i, which) in self._for_timed
         for key in [k for k in self._for_timed if k[0] == i]:
             self._for_timed.discard(key)
             ref = self._oracles.pop(key, None)
@@ -671,14 +676,9 @@ def on_verified(run: Run, msg: dict, root: Path) -> None:
     run.check("output_contract", True, "plain torch.Tensor of the right dtype and device")
     outs = msg.get("outputs") or {}
     # The references of every output the child sent (the first call, the call on new values,
-    # the graph replay), computed under one hold of the GPU rather than one each; with them,
-    # where the caller knows it, that of the output the child will make on new values when it
-    # has timed the shape (`Run.timed_which`): checked then with no hold of the GPU.
-    whichs = [w for tag, w in _VERIFIED if tag in outs]
-    timed_which = run.timed_which(i) if whichs else None
-    run.references(i, whichs + ([timed_which] if timed_which else []))
-    if timed_which:
-        run.keep_for_timed(i, timed_which)
+    # the graph replay), computed under one hold of the GPU rather than one each, with that of
+    # the shape's timed output where the caller knows it already.
+    run.verification_references(i, [w for tag, w in _VERIFIED if tag in outs])
     if "first" in outs:
         ok = run.verify(i, "first", "first", outs["first"], root)
         why = f"{label}: {run.results[i]['errors'].get('first', {}).get('reason', 'unreadable')}"
@@ -808,14 +808,12 @@ def on_timed(run: Run, msg: dict, root: Path, dinfo: dict, n_cands: int) -> None
         run.fail("hack_suspected", f"{r['label']}: timed output not made on new values")
         return
     which = f"rot{inputs_set}"  # a fresh set, never the samples' own (`is_fresh_set`)
-    if (i, which) in run._for_timed:
-        run.timed_early += 1
     timed_ok = []
     for c in range(n_cands):
         meta = outs.get(f"timed{c}")
         ok = bool(meta) and run.verify(i, f"timed{c}", which, meta, root)
         timed_ok.append(ok)
-    run.timed_checked(i)
+    run.timed_checked(i, which)
     if not run.retiming:
         if not timed_ok[0]:
             why = (

@@ -345,15 +345,16 @@ def test_no_timed_reference_is_computed_early_past_the_hosts_share(
     # A reference compared on the GPU is computed when its output is checked, not kept.
     monkeypatch.setattr(verdict, "HOST_COMPARE_MAX", numel - 1)
     assert run.timed_which(0) is None
+    assert run.verification_references(0, ["first"]) is None
+    assert run._for_timed == set() and (0, "first") in run._oracles
 
 
 def test_a_timed_output_is_checked_against_its_reference_computed_with_the_verified_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     run, output = _timed_run(tmp_path, "events")
-    which = run.timed_which(0)
-    run.references(0, ["first", which])
-    run.keep_for_timed(0, which)
+    which = run.verification_references(0, ["first"])
+    assert which == run.timed_which(0) is not None
     run.references(1, ["first"])  # the next shape's check: shape 0's "first" goes, this stays
     assert (0, which) in run._oracles and (0, "first") not in run._oracles
     calls = _count_oracle(run, monkeypatch)
@@ -371,9 +372,7 @@ def test_a_timed_output_is_checked_against_its_reference_computed_with_the_verif
 
 def test_a_wrong_timed_output_fails_against_the_reference_computed_early(tmp_path: Path):
     run, output = _timed_run(tmp_path, "events")
-    which = run.timed_which(0)
-    run.references(0, ["first", which])
-    run.keep_for_timed(0, which)
+    which = run.verification_references(0, ["first"])
     # The output of the samples' own values, handed back for the new values' (a kept result).
     msg = {"t": "timed", "i": 0, "mode": "events", "ms": {}, "inputs_set": int(which[3:]),
            "outputs": {"timed0": output(0, "final", "a")}}  # fmt: skip
@@ -396,9 +395,7 @@ def test_a_timed_output_on_another_fresh_set_gets_that_sets_reference_then(
     from kernels.harness import timing
 
     run, output = _timed_run(tmp_path, "graph")
-    predicted = run.timed_which(0)
-    run.references(0, ["first", predicted])
-    run.keep_for_timed(0, predicted)
+    predicted = run.verification_references(0, ["first"])
     calls = _count_oracle(run, monkeypatch)
 
     named = f"rot{timing.EVENTS_INPUT_SET}"
