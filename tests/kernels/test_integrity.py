@@ -187,14 +187,21 @@ def test_it_rejects_the_planted_exploit_on_cuda(path: Path, head: dict) -> None:
     _run(path, head, "cuda")
 
 
-# Kernels that do their work only when it is not timed: caught screened too, where the caller
-# chose each shape's timing mode and so computed each timed output's reference with the
-# verification ones, before the child timed anything.
+# Kernels that do their work only when it is not timed: caught screened too, where each shape is
+# timed in the mode its cached baselines were (`cached_modes`), and the caller computed each
+# timed output's reference with the verification ones where it could, before the child timed
+# anything. Each is screened on shapes whose baselines time in the mode it cheats in: a kernel
+# that keeps a result per input buffer (`events_cached_result`) cheats only when called on one
+# buffer over and over, as events mode samples; in graph mode each captured call of a small
+# shape reads an input set of its own, so every timed call does the work (docs/harness.md,
+# Threat model). Softmax's smoke shapes time in graph mode; 32768 x 4096 (256 MiB in bf16) takes
+# eager and torch.compile over 100 us on an H100 or H200, in events mode.
+EVENTS_SHAPES = [{"M": 32768, "N": 4096}]
 TIMED_EXPLOITS = (
-    "benchmark_detection",
-    "events_cached_result",
-    "graph_first_call_only",
-    "graph_reused_output",
+    ("benchmark_detection", None, "graph"),
+    ("events_cached_result", EVENTS_SHAPES, "events"),
+    ("graph_first_call_only", None, "graph"),
+    ("graph_reused_output", None, "graph"),
 )
 
 
@@ -206,13 +213,24 @@ def screening_cache(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fixture", TIMED_EXPLOITS)
-def test_it_rejects_a_timing_exploit_when_screened_too(fixture: str, screening_cache) -> None:
+@pytest.mark.parametrize(("fixture", "shapes", "mode"), TIMED_EXPLOITS)
+def test_it_rejects_a_timing_exploit_when_screened_too(
+    fixture: str, shapes: list[dict] | None, mode: str, screening_cache
+) -> None:
     path = EXPLOITS / f"{fixture}.py"
     head = _header(path)
     report = evaluate(
-        head["problem"], path.read_text(), device="cuda", tier="smoke", baselines=screening_cache
+        head["problem"],
+        path.read_text(),
+        device="cuda",
+        tier="smoke",
+        shapes=shapes,
+        baselines=screening_cache,
     )
+    # Timed in the mode it cheats in (every shape timed before the verdict), or the test would
+    # prove nothing.
+    timed = {s["timing_mode"] for s in report["shapes"] if s.get("timing_mode")}
+    assert timed == {mode}, report["shapes"]
     _assert_rejected_for(report, path, head.get("expect-cuda", head["expect"]), "cuda")
 
 
