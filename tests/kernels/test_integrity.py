@@ -193,12 +193,14 @@ def test_it_rejects_the_planted_exploit_on_cuda(path: Path, head: dict) -> None:
 # anything. Each is screened on shapes whose baselines time in the mode it cheats in: a kernel
 # that keeps a result per input buffer (`events_cached_result`) cheats only when called on one
 # buffer over and over, as events mode samples; in graph mode each captured call of a small
-# shape reads an input set of its own, so every timed call does the work (docs/harness.md,
-# Threat model). Softmax's smoke shapes time in graph mode; 32768 x 4096 (256 MiB in bf16) takes
-# eager and torch.compile over 100 us on an H100 or H200, in events mode.
+# shape reads an input set of its own, so it does the work in the timed calls (docs/harness.md,
+# The sandbox). Softmax's smoke shapes time in graph mode; 32768 x 4096 (256 MiB in bf16) takes
+# eager and torch.compile over 100 us on an H100 or H200, in events mode. `benchmark_detection`
+# counts its calls over every buffer: past its third it skips the work, which the verification
+# catches before any shape is timed (mode None).
 EVENTS_SHAPES = [{"M": 32768, "N": 4096}]
 TIMED_EXPLOITS = (
-    ("benchmark_detection", None, "graph"),
+    ("benchmark_detection", None, None),
     ("events_cached_result", EVENTS_SHAPES, "events"),
     ("graph_first_call_only", None, "graph"),
     ("graph_reused_output", None, "graph"),
@@ -215,7 +217,7 @@ def screening_cache(tmp_path_factory: pytest.TempPathFactory):
 @pytest.mark.gpu
 @pytest.mark.parametrize(("fixture", "shapes", "mode"), TIMED_EXPLOITS)
 def test_it_rejects_a_timing_exploit_when_screened_too(
-    fixture: str, shapes: list[dict] | None, mode: str, screening_cache
+    fixture: str, shapes: list[dict] | None, mode: str | None, screening_cache
 ) -> None:
     path = EXPLOITS / f"{fixture}.py"
     head = _header(path)
@@ -227,10 +229,9 @@ def test_it_rejects_a_timing_exploit_when_screened_too(
         shapes=shapes,
         baselines=screening_cache,
     )
-    # Timed in the mode it cheats in (every shape timed before the verdict), or the test would
-    # prove nothing.
+    # Timed in the mode it cheats in, or (mode None) caught before any shape was timed.
     timed = {s["timing_mode"] for s in report["shapes"] if s.get("timing_mode")}
-    assert timed == {mode}, report["shapes"]
+    assert timed == ({mode} if mode else set()), report["shapes"]
     _assert_rejected_for(report, path, head.get("expect-cuda", head["expect"]), "cuda")
 
 
