@@ -220,22 +220,35 @@ def lock_waits(holds: list[dict]) -> dict:
 
 
 # What held the GPU lock at each moment of the trace: a timing phase, the children's steps and
-# the caller's checks together, either alone, or nothing.
-LOCK_STATES = ("timing", "children and checks", "children alone", "checks alone", "free")
+# the caller's checks together, either alone, or nothing, and then whether a timing phase was
+# waiting for the GPU all the same: for a hold the trace does not have, which on a trace of
+# this code would be a process that takes the lock without going through `GpuLock`.
+LOCK_STATES = (
+    "timing",
+    "children and checks",
+    "children alone",
+    "checks alone",
+    "nothing traced, timing waiting",
+    "free",
+)
 
 
 def lock_time(holds: list[dict]) -> dict | None:
     """The share of the trace's span (first hold taken to last let go) the lock spent in each
-    of LOCK_STATES: where the GPU's time went between timing and the shared work."""
+    of LOCK_STATES: where the GPU's time went between timing and the shared work. A child's
+    hold for its CUDA context (`child-init`) counts with the children's."""
     if not holds:
         return None
     points = []
     for h in holds:
         kind = "timing" if not h["shared"] else "check" if h["label"] == "check" else "child"
         points += [(h["got"], 1, kind), (h["released"], -1, kind)]
+        if not h["shared"] and h["got"] > h["asked"]:
+            points += [(h["asked"], 1, "waiting"), (h["got"], -1, "waiting")]
     points.sort(key=lambda p: (p[0], p[1]))
-    held = {"timing": 0, "child": 0, "check": 0}
+    held = {"timing": 0, "child": 0, "check": 0, "waiting": 0}
     spent = dict.fromkeys(LOCK_STATES, 0.0)
+    first = min(h["got"] for h in holds)
     last = points[0][0]
     for t, delta, kind in points:
         if held["timing"]:
@@ -246,12 +259,15 @@ def lock_time(holds: list[dict]) -> dict | None:
             state = "children alone"
         elif held["check"]:
             state = "checks alone"
+        elif held["waiting"]:
+            state = "nothing traced, timing waiting"
         else:
             state = "free"
-        spent[state] += t - last
+        if t > first:
+            spent[state] += t - max(last, first)
         held[kind] += delta
         last = t
-    span = points[-1][0] - points[0][0]
+    span = points[-1][0] - first
     return {k: round(v / span, 4) for k, v in spent.items()} if span > 0 else None
 
 

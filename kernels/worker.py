@@ -31,13 +31,8 @@ from rq import SimpleWorker
 from kernels import problems
 from kernels.harness import BaselineCache, evaluate, retime, time_together
 from kernels.harness import device as devmod
-from kernels.harness.sandbox import (
-    GpuSlots,
-    Pool,
-    adopt_escaped_processes,
-    gpu_key,
-    slots_setting,
-)
+from kernels.harness.gpulock import GpuSlots, gpu_key, slots_setting
+from kernels.harness.sandbox import Pool, adopt_escaped_processes
 from kernels.protocol import (
     HEARTBEAT_S,
     WORKERS_KEY,

@@ -66,7 +66,10 @@ def _confine() -> dict:
     if threads != 1:
         raise RuntimeError(f"cannot confine: {threads} threads already running")
     lock = os.environ.get("AUTOWEB_GPU_LOCK")
-    return _sibling("landlock").confine([where], [lock] if lock else [])
+    # The GPU lock's three files: the CUDA context is created under a shared hold, taken as
+    # every other process of the host takes one (kernels.harness.gpulock).
+    files = [str(p) for p in _sibling("gpulock").lock_files(lock)] if lock else []
+    return _sibling("landlock").confine([where], files)
 
 
 def prepare() -> dict:

@@ -29,7 +29,7 @@ import torch
 from kernels import problems
 from kernels.harness import baselines as bl
 from kernels.harness import device as devmod
-from kernels.harness import sandbox, static
+from kernels.harness import gpulock, sandbox, static
 from kernels.harness import verdict as rules
 from kernels.harness.verdict import Event, geomean
 from kernels.protocol import FAILURES, EvaluationRequest, HarnessFault
@@ -80,7 +80,7 @@ def evaluate(
     baselines: bl.BaselineCache | None = None,
     rel_ci: float = 0.01,
     compile_timeout_s: float | None = None,
-    gpu_slots: threading.Semaphore | sandbox.GpuSlots | None = None,
+    gpu_slots: threading.Semaphore | gpulock.GpuSlots | None = None,
 ) -> dict:
     """Evaluate one candidate source; returns the report (docs/harness.md, Report).
 
@@ -128,7 +128,7 @@ def _screen(
     *,
     on_event: Event | None,
     pool: sandbox.Pool | None,
-    gpu_slots: threading.Semaphore | sandbox.GpuSlots | None = None,
+    gpu_slots: threading.Semaphore | gpulock.GpuSlots | None = None,
 ) -> dict:
     dev = request.device
     shapes = [dict(s) for s in (request.shapes or problem.shapes(request.tier))]
@@ -358,7 +358,7 @@ def run(
     pool: sandbox.Pool | None = None,
     wrapper: list[str] | None = None,
     cached: list[dict] | None = None,
-    gpu_slots: threading.Semaphore | sandbox.GpuSlots | None = None,
+    gpu_slots: threading.Semaphore | gpulock.GpuSlots | None = None,
 ) -> dict:
     """Run the harness once; returns the report (docs/harness.md, Report).
 
@@ -368,7 +368,7 @@ def run(
     (`report["sandbox_dir"]`); `cached` are baseline entries per shape when screening.
 
     `gpu_slots` (a semaphore the caller shares between the evaluations it keeps in flight, or
-    `sandbox.GpuSlots` shared by the worker processes of one GPU) is taken when the child first
+    `gpulock.GpuSlots` shared by the worker processes of one GPU) is taken when the child first
     asks for the GPU, once the candidate has loaded and compiled, and given back when the child
     says its GPU work is done (`gpu_done`) or the run ends. A caller keeps more evaluations in
     flight than slots, so the next candidates compile while others verify and time, and a
@@ -522,7 +522,7 @@ class _Pump:
     request: EvaluationRequest
     dinfo: dict
     n_sources: int
-    lock: sandbox.GpuLock | None = None
+    lock: gpulock.GpuLock | None = None
     # Outputs produced while timed are verified once the child has finished timing and the
     # GPU lock is shared again: verifying them at once would put this process's reads,
     # reference and comparison kernels on the GPU while the child times the next shape.
@@ -549,7 +549,7 @@ class _Pump:
     )
     _held_since: float | None = None
     shape: int | None = None  # the shape the child last said it works on
-    slots: threading.Semaphore | sandbox.GpuSlots | None = None  # `run`'s gpu_slots
+    slots: threading.Semaphore | gpulock.GpuSlots | None = None  # `run`'s gpu_slots
     slotted: bool = False  # this run holds one of them
     slot_wait: float = 0.0  # seconds waited for it: the child's deadline moves on by as much
     deadline: float | None = None  # while `loop` runs: its start plus the timeout
@@ -788,7 +788,7 @@ class _Pump:
         self.lock = self._acquire(shared, kind, "it was waiting for the GPU", step)
         self._held_since = time.monotonic()
 
-    def _acquire(self, shared: bool, kind: str, waiting: str, step: str = "") -> sandbox.GpuLock:
+    def _acquire(self, shared: bool, kind: str, waiting: str, step: str = "") -> gpulock.GpuLock:
         """The GPU lock, the wait bounded by the child's deadline (`_bounded`) and counted. The
         lock's trace names the hold by the child's step when it named one (`step_label`)."""
         asked = time.monotonic()
@@ -796,7 +796,7 @@ class _Pump:
         why = f"no result within {self.timeout_s:.0f} s ({waiting})"
         label = step or kind
         with self._bounded(left, why):
-            lock = sandbox.GpuLock(sandbox.gpu_key(), shared=shared, label=label).acquire()
+            lock = gpulock.GpuLock(gpulock.gpu_key(), shared=shared, label=label).acquire()
         self._count_wait(kind, time.monotonic() - asked)
         return lock
 

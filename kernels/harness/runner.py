@@ -135,19 +135,24 @@ def main(confined: dict | None = None) -> None:
 
     device = os.environ.get("AUTOWEB_DEVICE", "cpu")
     sync = None  # how the CUDA context waits for the GPU: "auto" (CUDA's choice) or "blocking"
+    hold = None  # when the hold for the CUDA context was asked for, granted and let go
     if device == "cuda":
         # Creating a CUDA context disturbs a kernel being timed in another process: take the
-        # GPU's lock shared, as verification does, so it waits while anyone is timing.
-        import fcntl
+        # GPU's lock shared, as verification does, so it waits while anyone is timing. Taken
+        # as every shared hold is (kernels.harness.gpulock), it also waits for the timing
+        # phases queued when it asked: a pool's children start all the time, and none of them
+        # keeps a waiting timing phase, and every evaluation queued behind it, off the GPU.
+        from kernels.harness.gpulock import GpuLock
 
-        with open(os.environ["AUTOWEB_GPU_LOCK"], "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_SH)
+        lock = GpuLock(path=os.environ["AUTOWEB_GPU_LOCK"], shared=True)
+        with lock:
             sync = "auto"
             if os.environ.get("AUTOWEB_CUDA_SYNC") == "blocking" and blocking_sync():
                 sync = "blocking"
             torch.cuda.init()
             torch.empty(1, device="cuda")
             torch.cuda.synchronize()
+        hold = [round(t, 6) for t in lock.times()]
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     confined = dict(confined or {})
@@ -158,7 +163,7 @@ def main(confined: dict | None = None) -> None:
         from kernels.harness import seccomp
 
         confined["sockets_denied"] = seccomp.deny_sockets()
-    send(t="ready", pid=os.getpid(), confined=confined, cuda_sync=sync)
+    send(t="ready", pid=os.getpid(), confined=confined, cuda_sync=sync, gpu_hold=hold)
     spec = recv()
     try:
         from kernels.harness import childrun

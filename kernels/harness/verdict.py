@@ -23,7 +23,7 @@ from typing import TypeVar
 import torch
 
 from kernels import problems
-from kernels.harness import oracle, roofline, sandbox, timing
+from kernels.harness import gpulock, oracle, roofline, sandbox, timing
 from kernels.harness.compare import compare
 from kernels.harness.oracle import out_of_memory
 from kernels.protocol import FAILURES, HarnessFault
@@ -58,7 +58,7 @@ MEMORY_RETRY_WAITS_S = (0.5, 1.0, 2.0)
 # float64 reference of a large shape takes several GB of GPU memory while it is computed. A bad
 # setting stops the process here, when it loads the harness.
 _REFERENCE_SLOTS = threading.BoundedSemaphore(
-    sandbox.slots_setting("AUTOWEB_REFERENCE_SLOTS", os.environ.get("AUTOWEB_REFERENCE_SLOTS"), 4)
+    gpulock.slots_setting("AUTOWEB_REFERENCE_SLOTS", os.environ.get("AUTOWEB_REFERENCE_SLOTS"), 4)
 )
 # ... and within a share of the GPU's memory: the candidates' processes share the GPU, and
 # references that took its memory ran them out of it. A shape's references are reckoned at

@@ -117,14 +117,15 @@ def test_the_lock_shares_are_timing_and_the_drain_before_it_over_the_steady_wind
 def _trace() -> str:
     # A child's shape 0.0-2.0 and a check 1.0-3.0 are in progress when a timing phase asks at
     # 1.5; it gets the GPU at 3.0, when the check (the last of them) ends. A second timing phase
-    # asks at 3.5 during the first and gets it at 4.0; a third asks at 6.0 with nothing held.
+    # asks at 3.5 during the first and gets it at 4.0; a third asks at 5.5 with nothing in the
+    # trace held, and gets it at 6.0 (a hold the trace lacks).
     return (
         "shared shared 0.0 0.0 2.0\n"
         "check shared 0.9 1.0 3.0\n"
         "exclusive exclusive 1.5 3.0 4.0\n"
         "exclusive exclusive 3.5 4.0 4.5\n"
         "shared shared 4.5 4.5 4.75\n"
-        "exclusive exclusive 6.0 6.0 6.5\n"
+        "exclusive exclusive 5.5 6.0 6.5\n"
         "cut off\n"
     )
 
@@ -143,7 +144,8 @@ def test_the_lock_trace_says_what_each_timing_phase_waited_for() -> None:
 
 def test_the_lock_trace_says_what_held_the_gpu_over_time() -> None:
     # 0-1 a child alone, 1-2 a child and a check, 2-3 the check alone, 3-4.5 timing, 4.5-4.75
-    # a child, 4.75-6 nothing, 6-6.5 timing: 6.5 s in all.
+    # a child, 4.75-5.5 nothing, 5.5-6 nothing traced while a timing phase waits, 6-6.5 timing:
+    # 6.5 s in all.
     shares = run_phases.lock_time(run_phases.read_locks(_trace()))
 
     assert shares == {
@@ -151,7 +153,8 @@ def test_the_lock_trace_says_what_held_the_gpu_over_time() -> None:
         "children and checks": pytest.approx(1.0 / 6.5, abs=1e-4),
         "children alone": pytest.approx(1.25 / 6.5, abs=1e-4),
         "checks alone": pytest.approx(1.0 / 6.5, abs=1e-4),
-        "free": pytest.approx(1.25 / 6.5, abs=1e-4),
+        "nothing traced, timing waiting": pytest.approx(0.5 / 6.5, abs=1e-4),
+        "free": pytest.approx(0.75 / 6.5, abs=1e-4),
     }
     assert run_phases.lock_time([]) is None
 

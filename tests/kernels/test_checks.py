@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kernels import problems
-from kernels.harness import childrun, evaluate, sandbox, verdict
+from kernels.harness import childrun, evaluate, gpulock, sandbox, verdict
 from kernels.harness.evaluation import _Pump, _seeds
 from kernels.protocol import EvaluationRequest, HarnessFault
 
@@ -30,9 +30,9 @@ WRONG = SEED.replace("y.to(y_ptr", "(y * 1.5).to(y_ptr", 1)  # every output half
 @pytest.fixture
 def lock_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     key = f"test-checks-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setattr(sandbox, "gpu_key", lambda: key)
+    monkeypatch.setattr(gpulock, "gpu_key", lambda: key)
     yield key
-    lock = sandbox.GpuLock(key)
+    lock = gpulock.GpuLock(key)
     for path in (lock.path, lock.turnstile, lock.writers):
         path.unlink(missing_ok=True)
 
@@ -309,7 +309,7 @@ def test_any_other_error_of_a_reference_is_not_retried(
 
 def test_a_check_holds_the_gpu_shared_on_its_own_and_waits_for_a_timing_phase(lock_key: str):
     pump = _Pump(_run(), None, EvaluationRequest("softmax", (SEED,)), {}, 1)
-    timing = sandbox.GpuLock(lock_key).acquire()
+    timing = gpulock.GpuLock(lock_key).acquire()
     entered = threading.Event()
     leave = threading.Event()
 
@@ -324,7 +324,7 @@ def test_a_check_holds_the_gpu_shared_on_its_own_and_waits_for_a_timing_phase(lo
     timing.release()
     assert entered.wait(10)
     # While the check holds the GPU, a timing phase waits for it.
-    second = sandbox.GpuLock(lock_key)
+    second = gpulock.GpuLock(lock_key)
     got = threading.Event()
     threading.Thread(target=lambda: (second.acquire(), got.set()), daemon=True).start()
     assert not got.wait(0.3), "a timing phase began while a check held the GPU"
@@ -345,8 +345,8 @@ def test_the_child_hold_is_given_up_before_the_checks_settle(lock_key: str):
     # check waits for the timing phase, which waits for the child's hold. Settling the checks
     # while keeping that hold would wait for ever; the pump gives it up first.
     pump = _Pump(_run(), None, EvaluationRequest("softmax", (SEED,)), {}, 1)
-    pump.lock = sandbox.GpuLock(lock_key, shared=True).acquire()
-    timing = sandbox.GpuLock(lock_key)
+    pump.lock = gpulock.GpuLock(lock_key, shared=True).acquire()
+    timing = gpulock.GpuLock(lock_key)
     timed = threading.Event()
 
     def time_alone() -> None:
@@ -373,7 +373,7 @@ def test_the_child_hold_is_given_up_before_the_checks_settle(lock_key: str):
 
 def _announced(key: str) -> bool:
     """Whether a timing phase has announced itself on the lock (`GpuLock`'s writers file)."""
-    with open(sandbox.GpuLock(key).writers, "a") as f:
+    with open(gpulock.GpuLock(key).writers, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

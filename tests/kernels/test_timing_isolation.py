@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernels import problems
-from kernels.harness import childrun, evaluate, retime, sandbox, verdict
+from kernels.harness import childrun, evaluate, gpulock, retime, verdict
 from kernels.harness.baselines import BaselineCache
 from kernels.harness.evaluation import _Pump
 from kernels.protocol import EvaluationRequest
@@ -42,14 +42,14 @@ def holds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     "check" for the shared holds of the caller's checks of verified outputs (on their own
     thread, `_Pump.check_hold`)."""
     taken: list[str] = []
-    acquire = sandbox.GpuLock.acquire
+    acquire = gpulock.GpuLock.acquire
 
-    def counted(self: sandbox.GpuLock) -> sandbox.GpuLock:
+    def counted(self: gpulock.GpuLock) -> gpulock.GpuLock:
         checks = threading.current_thread().name.startswith("autoweb-checks")
         taken.append("check" if checks else "shared" if self.shared else "exclusive")
         return acquire(self)
 
-    monkeypatch.setattr(sandbox.GpuLock, "acquire", counted)
+    monkeypatch.setattr(gpulock.GpuLock, "acquire", counted)
     return taken
 
 
@@ -252,8 +252,8 @@ def test_a_child_holding_the_gpu_slots_itself_is_killed_and_the_wait_ends(tmp_pa
     # slot it held comes back, and the run fails `timeout`.
     key = f"test-{tmp_path.name}"
     child = _ProcessChild(
-        "import sys, time; from kernels.harness import sandbox; "
-        "s = sandbox.GpuSlots(sys.argv[1], 1); s.acquire(); print('held', flush=True); "
+        "import sys, time; from kernels.harness import gpulock; "
+        "s = gpulock.GpuSlots(sys.argv[1], 1); s.acquire(); print('held', flush=True); "
         "time.sleep(60)",
         key,
         held=True,
@@ -261,7 +261,7 @@ def test_a_child_holding_the_gpu_slots_itself_is_killed_and_the_wait_ends(tmp_pa
     try:
         run = _softmax_run()
         request = EvaluationRequest(problem="softmax", sources=(), timeout_s=1.0)
-        slots = sandbox.GpuSlots(key, 1, poll_s=0.01)
+        slots = gpulock.GpuSlots(key, 1, poll_s=0.01)
         pump = _Pump(run, child, request, {}, 1, slots=slots)
         started = time.monotonic()
 
@@ -284,11 +284,11 @@ def test_a_child_holding_the_gpu_lock_itself_is_killed_at_its_deadline(
     # exclusively: its evaluation waiting for the GPU would wait on it for ever. At the
     # child's deadline it is killed, the lock comes back, and the run fails `timeout`.
     key = f"test-{tmp_path.name}"
-    monkeypatch.setattr(sandbox, "gpu_key", lambda: key)
+    monkeypatch.setattr(gpulock, "gpu_key", lambda: key)
     child = _ProcessChild(
         "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
         "print('held', flush=True); time.sleep(60)",
-        str(sandbox.GpuLock(key).path),
+        str(gpulock.GpuLock(key).path),
         held=True,
     )
     try:
@@ -318,7 +318,7 @@ def test_how_long_the_gpu_lock_was_held_is_reported_per_kind(
 ) -> None:
     # An exclusive phase waits for the shared holds in progress to end: how long they are is
     # what the others in flight wait for (the report's gpu_wait).
-    monkeypatch.setattr(sandbox, "gpu_key", lambda: f"test-{tmp_path.name}")
+    monkeypatch.setattr(gpulock, "gpu_key", lambda: f"test-{tmp_path.name}")
     request = EvaluationRequest(problem="softmax", sources=())
     pump = _Pump(run=None, child=None, request=request, dinfo={}, n_sources=1)
     for shared, seconds in ((True, 0.2), (True, 0.05), (False, 0.1)):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.harness import childrun, sandbox, verdict
+from kernels.harness import childrun, gpulock, sandbox, verdict
 from kernels.harness.evaluation import HANDLERS
 from kernels.protocol import FAILURES
 
@@ -168,7 +168,7 @@ def test_the_wait_for_a_reference_slot_is_counted():
     ("raw", "expected"), [(None, 4), ("", 4), (" ", 4), ("1", 1), ("8", 8), (" 6 ", 6)]
 )
 def test_the_reference_slots_setting_reads_a_whole_number(raw, expected) -> None:
-    assert sandbox.slots_setting("AUTOWEB_REFERENCE_SLOTS", raw, 4) == expected
+    assert gpulock.slots_setting("AUTOWEB_REFERENCE_SLOTS", raw, 4) == expected
 
 
 @pytest.mark.parametrize(
@@ -188,7 +188,7 @@ def test_a_bad_reference_slots_setting_stops_the_process_at_start(raw, message) 
     import sys
 
     with pytest.raises(ValueError, match=re.escape(message)):
-        sandbox.slots_setting("AUTOWEB_REFERENCE_SLOTS", raw, 4)
+        gpulock.slots_setting("AUTOWEB_REFERENCE_SLOTS", raw, 4)
     res = subprocess.run(
         [sys.executable, "-c", "import kernels.harness.verdict"],
         cwd=Path(__file__).resolve().parents[2],
