@@ -3,15 +3,17 @@
 # benchmarks/user_problems: screening evaluations per GPU-minute (search_proof.py: the baselines
 # measured once, then THROUGHPUT distinct configurations of the seed, JOBS on the GPU and AHEAD
 # more loading and compiling meanwhile, a compile past LINGER seconds giving its place to the
-# next; run_phases.py's table of where its evaluations spent their time, and what the timing
-# phases waited for from the GPU lock's trace locks.txt, in phases.txt), then
+# next, the first JOBS let onto the GPU one every STAGGER seconds; run_phases.py's table of
+# where its evaluations spent their time, and what the timing phases waited for from the GPU
+# lock's trace locks.txt, in phases.txt), then
 # the whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two
 # tuner searches from the seed for a WINDOW-second window). `nvidia-smi dmon` samples the GPU
 # each second during each. First, what a sandboxed child's start costs (boot.json). Writes
 # under $1 (default: ./out). Needs redis-server on PATH for the stack.
 # Env: PARTS ("search stack": either or both), JOBS (12), AHEAD (4), LINGER (20; 0: never),
-# THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (200), STACK_TIMEOUT (320),
-# REUSE_BASELINES (set: the screening takes the baselines an earlier run on this host cached).
+# STAGGER (0: all at once), THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (200),
+# STACK_TIMEOUT (320), REUSE_BASELINES (set: the screening takes the baselines an earlier run
+# on this host cached).
 # AUTOWEB_CUDA_SYNC and, for the stack, AUTOWEB_GPU_SLOTS reach the sandboxes and the workers
 # (docs/deploy.md).
 set -u
@@ -43,7 +45,8 @@ if [[ " ${PARTS:-search stack} " == *" search "* ]]; then
   AUTOWEB_GPU_LOCK_TRACE="$OUT/locks.txt" \
   timeout "${SEARCH_TIMEOUT:-200}" python3 benchmarks/search_proof.py --out "$OUT/search.json" \
     --problems-dir benchmarks/user_problems --problem token_logprobs --jobs "${JOBS:-12}" \
-    --ahead "${AHEAD:-4}" --linger "${LINGER:-20}" --before 0 --throughput "${THROUGHPUT:-96}" --trials 0 \
+    --ahead "${AHEAD:-4}" --linger "${LINGER:-20}" --stagger "${STAGGER:-0}" --before 0 \
+    --throughput "${THROUGHPUT:-96}" --trials 0 \
     ${REUSE_BASELINES:+--reuse-baselines} > "$OUT/search.log" 2>&1
   echo "search_proof exit $?"
   kill "$DMON" 2>/dev/null

@@ -14,7 +14,8 @@ Phases (each on the full sweep):
    baselines compiled and timed with every candidate, a fixed 0.5 s of timing per shape);
 3. `after`: `--throughput` screening evaluations of distinct configurations (cached baselines,
    adaptive timing, `--jobs` on the GPU and `--ahead` more loading and compiling meanwhile, a
-   compile past `--linger` seconds giving its place to the next);
+   compile past `--linger` seconds giving its place to the next, the first `--jobs` let onto
+   the GPU one every `--stagger` seconds);
 4. `tune`: the tuner from the seed (`--trials`, at most `--tune-minutes` of proposing), its
    wins confirmed by interleaved re-times, then its best candidates and both baselines timed
    together for the per-shape table.
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels import problems  # noqa: E402
-from kernels.engine.flight import Flight, spare_for  # noqa: E402
+from kernels.engine.flight import Flight, Stagger, spare_for  # noqa: E402
 from kernels.engine.proposers import KnobProposer, Tried  # noqa: E402
 from kernels.engine.tuner import Tuner  # noqa: E402
 from kernels.harness import (  # noqa: E402
@@ -269,6 +270,13 @@ def main() -> int:
         help="a candidate still compiling after this many seconds gives its place in flight to "
         "the next, at most max(1, --ahead) at a time (0: never)",
     )
+    ap.add_argument(
+        "--stagger",
+        type=float,
+        default=0.0,
+        help="the screening's first --jobs evaluations take their GPU slots one every this "
+        "many seconds rather than all at once (0: all at once)",
+    )
     ap.add_argument("--trials", type=int, default=120)
     ap.add_argument("--tune-minutes", type=float, default=5.0)
     ap.add_argument("--budget", type=float, default=0.5)
@@ -287,6 +295,8 @@ def main() -> int:
     args = ap.parse_args()
     if not (args.linger == 0 or 0 < args.linger < float("inf")):
         ap.error("--linger is a number of seconds above 0, or 0 to turn it off")
+    if not (args.stagger == 0 or 0 < args.stagger < float("inf")):
+        ap.error("--stagger is a number of seconds above 0, or 0 to turn it off")
     gpu = args.device == "cuda"
     if args.problems_dir:
         os.environ["AUTOWEB_PROBLEM_DIRS"] = os.pathsep.join(
@@ -343,7 +353,13 @@ def main() -> int:
             save()
         # 3. after: screening with the cache
         if args.throughput:
-            slots = threading.Semaphore(args.jobs) if args.ahead or args.linger else None
+            slots = (
+                threading.Semaphore(args.jobs)
+                if args.ahead or args.linger or args.stagger
+                else None
+            )
+            if args.stagger:
+                slots = Stagger(slots, args.jobs, args.stagger)
             out["after"] = rate(
                 variants[args.before :],
                 args.jobs,

@@ -26,6 +26,7 @@ class UsageError(Exception):
 # No accepted configuration of the screening runs in docs/benchmarks/search.md compiled for
 # over 14.2 s: one still compiling at 20 s is most likely one the 60 s compile budget stops.
 DEFAULT_LINGER_S = 20.0
+DEFAULT_STAGGER_S = 0.0
 MAX_JOBS = 256  # evaluations in flight in one tune: each is a sandboxed process with torch
 
 
@@ -184,7 +185,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_tune(args) -> int:
     from kernels import knobs
-    from kernels.engine.flight import spare_for
+    from kernels.engine.flight import Stagger, spare_for
     from kernels.engine.tuner import Tuner
     from kernels.harness import BaselineCache, evaluate, retime, time_together
     from kernels.harness.sandbox import Pool
@@ -209,6 +210,9 @@ def cmd_tune(args) -> int:
     # still bound what runs on the GPU once it has compiled.
     linger = (DEFAULT_LINGER_S if args.linger is None else args.linger) if dev == "cuda" else 0
     spare = spare_for(ahead, linger)
+    if not (args.stagger is None or args.stagger == 0 or 0 < args.stagger < math.inf):
+        raise UsageError("--stagger is a number of seconds above 0, or 0 to turn it off")
+    stagger = (DEFAULT_STAGGER_S if args.stagger is None else args.stagger) if dev == "cuda" else 0
     if args.minutes is not None and not args.minutes > 0:
         raise UsageError("--minutes must be above 0")
     if not 0 < args.rel_ci < 1:
@@ -233,6 +237,9 @@ def cmd_tune(args) -> int:
     pool = Pool(dev, size=min(args.jobs + ahead + spare, args.trials) + 1)
     # --jobs evaluations on the GPU at once, --ahead more loading and compiling meanwhile.
     slots = threading.Semaphore(args.jobs) if dev == "cuda" else None
+    if slots is not None and stagger:
+        # The first --jobs take their slots one every --stagger seconds (kernels.engine.flight).
+        slots = Stagger(slots, args.jobs, stagger)
     common = dict(
         device=dev, tier=args.shapes, timeout_s=args.timeout, pool=pool, budget_s=args.budget
     )
@@ -468,6 +475,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"on a GPU, a candidate still compiling after this many seconds gives its place "
         f"in flight to the next while it runs out the compile budget, at most max(1, --ahead) "
         f"at a time (default {DEFAULT_LINGER_S:g}; 0: never)",
+    )
+    p.add_argument(
+        "--stagger",
+        type=float,
+        default=None,
+        help=f"on a GPU, the first --jobs candidates take their GPU slots one every this many "
+        f"seconds rather than all at once, so the first are timed while the others verify "
+        f"(default {DEFAULT_STAGGER_S:g}; 0: all at once)",
     )
     p.add_argument("--out", help="write the best candidate source here")
     p.add_argument(

@@ -19,6 +19,12 @@ cache to be measured) never counts. A ticket that gave its place up never takes 
 evaluation ending, giving its place up, beginning to compile): a caller that checked the places
 at one version waits for the next with `wait_change`, so no change between its check and its
 wait is missed.
+
+`Stagger` lets a search's first evaluations onto the GPU one every `every_s` seconds rather than
+all at once. At the start every evaluation in flight compiles together and would ask for a GPU
+slot within a second of the others: they would verify together, none would be ready to time
+until all were, and the GPU's timing phases, one evaluation at a time, would begin only then.
+Staggered, the first reach their timing phases while the later ones verify.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["Flight", "Ticket", "linger_setting", "spare_for"]
+__all__ = ["Flight", "Stagger", "Ticket", "linger_setting", "spare_for"]
 
 
 def linger_setting(linger_s: float | None, spare: int) -> tuple[float | None, int]:
@@ -183,3 +190,64 @@ class Flight:
                 self._tickets.remove(ticket)
                 self._changed()
                 self._linger()  # a spare may have come back
+
+
+class Slots(Protocol):
+    """What `evaluate(..., gpu_slots=...)` takes: a `threading.Semaphore`, or
+    `kernels.harness.gpulock.GpuSlots` across the processes of a host."""
+
+    def acquire(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class Stagger:
+    """GPU slots whose first `n` acquisitions are let through one every `every_s` seconds: the
+    k-th (from 0) no sooner than `every_s` * k after the first, and each then takes a slot of
+    `slots` as usual. From the n-th on it is `slots` alone. The same `acquire`/`release`, so it
+    goes wherever the slots went. Raises ValueError on an `every_s` that is not a finite
+    number above 0, or an `n` below 1."""
+
+    def __init__(
+        self,
+        slots: Slots,
+        n: int,
+        every_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not (every_s > 0 and math.isfinite(every_s)):
+            raise ValueError(f"every_s must be a finite number above 0, got {every_s}")
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
+        self.slots = slots
+        self.n = n
+        self.every_s = every_s
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._first: float | None = None
+        self._asked = 0  # acquisitions asked for so far
+
+    def turn(self) -> float | None:
+        """Take the next turn: when it may take a slot (None: at once, the ramp is over)."""
+        with self._lock:
+            k = self._asked
+            self._asked += 1
+            if k >= self.n:
+                return None
+            if self._first is None:
+                self._first = self._clock()
+            return self._first + k * self.every_s
+
+    def acquire(self) -> bool:
+        at = self.turn()
+        if at is not None:
+            # Counted in the evaluation's wait for its slot (`gpu_wait.slot_s`).
+            while (left := at - self._clock()) > 0:
+                self._sleep(left)
+        return self.slots.acquire()
+
+    def release(self) -> None:
+        self.slots.release()

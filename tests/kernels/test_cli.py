@@ -184,6 +184,8 @@ def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
         (["--linger", "-5"], "--linger is a number of seconds above 0, or 0 to turn it off"),
         (["--linger", "nan"], "--linger is a number of seconds above 0, or 0 to turn it off"),
         (["--linger", "inf"], "--linger is a number of seconds above 0, or 0 to turn it off"),
+        (["--stagger", "-1"], "--stagger is a number of seconds above 0, or 0 to turn it off"),
+        (["--stagger", "nan"], "--stagger is a number of seconds above 0, or 0 to turn it off"),
     ],
     ids=[
         "zero_trials",
@@ -196,6 +198,8 @@ def test_tune_exits_2_without_knobs(tmp_path: Path) -> None:
         "negative_linger",
         "nan_linger",
         "infinite_linger",
+        "negative_stagger",
+        "nan_stagger",
     ],
 )
 def test_tune_exits_2_on_a_budget_that_allows_nothing(args: list, message: str) -> None:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kernels.engine.flight import Flight
+from kernels.engine.flight import Flight, Stagger
 
 COMPILING = {"phase": "compiling"}
 COMPILED = {"phase": "compiled"}
@@ -179,3 +179,96 @@ def test_every_change_that_can_free_a_place_moves_the_version_and_wakes_a_waiter
     started = time.monotonic()
     flight.wait_change(seen, 30.0)
     assert time.monotonic() - started < 10 and flight.version != seen
+
+
+# ---- Stagger: the first evaluations let onto the GPU one every so often ---------------------
+
+
+class Slept:
+    """A clock that moves only when slept on, as the stagger's waits would move it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.naps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.naps.append(round(s, 6))
+        self.now += s
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.held = 0
+
+    def acquire(self) -> bool:
+        self.held += 1
+        return True
+
+    def release(self) -> None:
+        self.held -= 1
+
+
+def test_the_first_evaluations_take_their_slots_one_every_interval_then_at_once() -> None:
+    clock, slots = Slept(), Counted()
+    stagger = Stagger(slots, 3, 0.5, clock=clock, sleep=clock.sleep)
+    taken = []
+    for _ in range(5):
+        assert stagger.acquire()
+        taken.append(clock.now)
+    # The first at once, the second 0.5 s after it, the third 1.0 s after it; the fourth and
+    # fifth come after the ramp and wait for nothing but a slot.
+    assert taken == [100.0, 100.5, 101.0, 101.0, 101.0]
+    assert slots.held == 5
+    stagger.release()
+    assert slots.held == 4
+
+
+def test_a_turn_already_due_is_not_waited_for() -> None:
+    clock, slots = Slept(), Counted()
+    stagger = Stagger(slots, 4, 1.0, clock=clock, sleep=clock.sleep)
+    assert stagger.acquire()
+    clock.now += 5.0  # the second asks late: its turn (101.0) is long past
+    assert stagger.acquire()
+    assert clock.naps == []
+    assert stagger.acquire()  # the third's turn, 102.0, is past too
+    assert clock.naps == []
+    assert stagger.acquire()
+    assert clock.naps == []  # and the fourth's, 103.0
+
+
+def test_the_stagger_counts_turns_in_the_order_they_are_asked_for_across_threads() -> None:
+    slots = threading.Semaphore(8)
+    stagger = Stagger(slots, 4, 0.05)
+    got: list[float] = []
+    lock = threading.Lock()
+
+    def take() -> None:
+        stagger.acquire()
+        with lock:
+            got.append(time.monotonic())
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    got.sort()
+    gaps = [b - a for a, b in zip(got, got[1:], strict=False)]
+    assert len(got) == 4 and all(g >= 0.045 for g in gaps), gaps
+
+
+@pytest.mark.parametrize(
+    ("n", "every", "why"),
+    [
+        (0, 1.0, "n must be"),
+        (2, 0.0, "every_s"),
+        (2, float("inf"), "every_s"),
+        (2, float("nan"), "every_s"),
+    ],
+)
+def test_a_stagger_of_the_wrong_form_is_refused(n: int, every: float, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        Stagger(Counted(), n, every)
