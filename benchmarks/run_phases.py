@@ -312,6 +312,7 @@ def summary(run: dict) -> dict:
         "stopped": run.get("stopped"),
         "jobs": run.get("jobs"),
         "ahead": run.get("ahead"),
+        "stagger_s": run.get("stagger_s"),
         "per_minute": run.get("per_minute"),
         "steady_per_minute": run.get("steady_per_minute"),
         "exclusive_share": exclusive_share(run),
@@ -361,8 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         stopped = f" (stopped by {s['stopped']}: what finished)" if s["stopped"] else ""
         print(
             f"{path}: {s['evaluations']} evaluations{stopped}, jobs {s['jobs']}, "
-            f"ahead {s['ahead']}; "
-            f"{s['per_minute']} per minute, steady state {s['steady_per_minute']}; "
+            f"ahead {s['ahead']}"
+            + (f", stagger {s['stagger_s']} s" if s["stagger_s"] else "")
+            + f"; {s['per_minute']} per minute, steady state {s['steady_per_minute']}; "
             f"timing alone {s['exclusive_share']} of the wall clock; "
             f"on the GPU at once {s['on_gpu']}, checking the timed outputs after it "
             f"{s['after_gpu']}"

@@ -369,6 +369,7 @@ def main() -> int:
                 ahead=args.ahead,
                 linger=args.linger,
             )
+            out["after"]["stagger_s"] = args.stagger or None
             log(
                 "after:",
                 out["after"]["per_minute"],

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.benchmarks import ROOT, run_script
 
 
@@ -23,7 +25,8 @@ def test_every_phase_runs_and_the_json_says_how_the_screening_was_scheduled(
         *("--out", str(out), "--device", "interpret"),
         *("--problems-dir", "benchmarks/user_problems", "--problem", "token_logprobs"),
         *("--before", "1", "--throughput", "2", "--jobs", "1", "--ahead", "1"),
-        *("--linger", "20", "--trials", "2", "--tune-minutes", "1", "--reuse-baselines"),
+        *("--linger", "20", "--stagger", "0.5", "--trials", "2", "--tune-minutes", "1"),
+        "--reuse-baselines",
         timeout=600,
     )
 
@@ -33,6 +36,7 @@ def test_every_phase_runs_and_the_json_says_how_the_screening_was_scheduled(
     after = data["after"]
     assert after["evaluations"] == after["accepted"] == 2
     assert (after["jobs"], after["ahead"], after["linger_s"], after["lingered"]) == (1, 1, 20, 0)
+    assert after["stagger_s"] == 0.5
     assert len(after["timelines"]) == len(after["gpu_wait"]) == 2
     # What benchmarks/run_phases.py reads: when each started, and its child's CPU seconds.
     assert len(after["started_at"]) == 2 and all(0 <= s < 600 for s in after["started_at"])
@@ -42,15 +46,16 @@ def test_every_phase_runs_and_the_json_says_how_the_screening_was_scheduled(
     assert "after:" in res.stdout
 
 
-def test_a_bad_linger_is_refused_before_anything_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", ["--linger", "--stagger"])
+def test_a_bad_linger_or_stagger_is_refused_before_anything_runs(tmp_path: Path, flag: str) -> None:
     res = run_script(
         "search_proof.py",
-        *("--out", str(tmp_path / "x.json"), "--device", "interpret", "--linger", "-1"),
+        *("--out", str(tmp_path / "x.json"), "--device", "interpret", flag, "-1"),
         timeout=300,
     )
 
     assert res.returncode == 2
-    assert "--linger is a number of seconds above 0, or 0 to turn it off" in res.stderr
+    assert f"{flag} is a number of seconds above 0, or 0 to turn it off" in res.stderr
     assert not (tmp_path / "x.json").exists()
 
 
