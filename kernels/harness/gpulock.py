@@ -194,7 +194,8 @@ def trace(label: str, kind: str, asked: float, got: float, released: float) -> N
     released` (CLOCK_MONOTONIC seconds, one clock for every process of the host), from which
     `benchmarks/run_phases.py --locks` tells what each timing phase waited for. A sandboxed
     child cannot write it (its environment has no trace file, and Landlock): it reports its
-    hold when it is ready, and the caller traces it (sandbox.Child.wait_ready)."""
+    hold when it is ready, and the caller traces it when it takes the child
+    (sandbox.Child.wait_ready), so a pool's child never handed out leaves no line."""
     path = os.environ.get(TRACE_ENV)
     if not path:
         return
