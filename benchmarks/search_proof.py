@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels import problems  # noqa: E402
-from kernels.engine.flight import Flight, Stagger, spare_for  # noqa: E402
+from kernels.engine.flight import Flight, Stagger, seconds_or_off, spare_for  # noqa: E402
 from kernels.engine.proposers import KnobProposer, Tried  # noqa: E402
 from kernels.engine.tuner import Tuner  # noqa: E402
 from kernels.harness import (  # noqa: E402
@@ -293,9 +293,9 @@ def main() -> int:
         help="interpret: a smoke run of this script on the CPU (smoke shapes, nothing timed)",
     )
     args = ap.parse_args()
-    if not (args.linger == 0 or 0 < args.linger < float("inf")):
+    if not seconds_or_off(args.linger):
         ap.error("--linger is a number of seconds above 0, or 0 to turn it off")
-    if not (args.stagger == 0 or 0 < args.stagger < float("inf")):
+    if not seconds_or_off(args.stagger):
         ap.error("--stagger is a number of seconds above 0, or 0 to turn it off")
     gpu = args.device == "cuda"
     if args.problems_dir:

@@ -185,7 +185,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_tune(args) -> int:
     from kernels import knobs
-    from kernels.engine.flight import Stagger, spare_for
+    from kernels.engine.flight import Stagger, seconds_or_off, spare_for
     from kernels.engine.tuner import Tuner
     from kernels.harness import BaselineCache, evaluate, retime, time_together
     from kernels.harness.sandbox import Pool
@@ -203,14 +203,14 @@ def cmd_tune(args) -> int:
         raise UsageError(f"--ahead must be from 0 to {MAX_JOBS - args.jobs} (--jobs + --ahead)")
     if dev != "cuda":
         ahead = 0  # the interpreter has no GPU stage to wait for: --jobs run end to end
-    if not (args.linger is None or args.linger == 0 or 0 < args.linger < math.inf):
+    if not (args.linger is None or seconds_or_off(args.linger)):
         raise UsageError("--linger is a number of seconds above 0, or 0 to turn it off")
     # A compile past --linger seconds gives its place in flight to the next, at most
     # max(1, --ahead) of them at a time (each costs a core): on a GPU only, where the slots
     # still bound what runs on the GPU once it has compiled.
     linger = (DEFAULT_LINGER_S if args.linger is None else args.linger) if dev == "cuda" else 0
     spare = spare_for(ahead, linger)
-    if not (args.stagger is None or args.stagger == 0 or 0 < args.stagger < math.inf):
+    if not (args.stagger is None or seconds_or_off(args.stagger)):
         raise UsageError("--stagger is a number of seconds above 0, or 0 to turn it off")
     stagger = (DEFAULT_STAGGER_S if args.stagger is None else args.stagger) if dev == "cuda" else 0
     if args.minutes is not None and not args.minutes > 0:

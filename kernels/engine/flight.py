@@ -33,9 +33,10 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
 
-__all__ = ["Flight", "Stagger", "Ticket", "linger_setting", "spare_for"]
+from kernels.harness.gpulock import Slots
+
+__all__ = ["Flight", "Stagger", "Ticket", "linger_setting", "seconds_or_off", "spare_for"]
 
 
 def linger_setting(linger_s: float | None, spare: int) -> tuple[float | None, int]:
@@ -46,6 +47,12 @@ def linger_setting(linger_s: float | None, spare: int) -> tuple[float | None, in
     if spare < 0:
         raise ValueError(f"spare must be 0 or more, got {spare}")
     return (linger_s, spare) if linger_s is not None and spare else (None, 0)
+
+
+def seconds_or_off(value: float) -> bool:
+    """Whether `value` is a setting of seconds a flag like `--linger` or `--stagger` takes: a
+    finite number above 0, or 0 for off."""
+    return value == 0 or 0 < value < math.inf
 
 
 def spare_for(ahead: int, linger_s: float | None) -> int:
@@ -190,15 +197,6 @@ class Flight:
                 self._tickets.remove(ticket)
                 self._changed()
                 self._linger()  # a spare may have come back
-
-
-class Slots(Protocol):
-    """What `evaluate(..., gpu_slots=...)` takes: a `threading.Semaphore`, or
-    `kernels.harness.gpulock.GpuSlots` across the processes of a host."""
-
-    def acquire(self) -> bool: ...
-
-    def release(self) -> None: ...
 
 
 class Stagger:

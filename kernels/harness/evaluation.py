@@ -80,7 +80,7 @@ def evaluate(
     baselines: bl.BaselineCache | None = None,
     rel_ci: float = 0.01,
     compile_timeout_s: float | None = None,
-    gpu_slots: threading.Semaphore | gpulock.GpuSlots | None = None,
+    gpu_slots: gpulock.Slots | None = None,
 ) -> dict:
     """Evaluate one candidate source; returns the report (docs/harness.md, Report).
 
@@ -128,7 +128,7 @@ def _screen(
     *,
     on_event: Event | None,
     pool: sandbox.Pool | None,
-    gpu_slots: threading.Semaphore | gpulock.GpuSlots | None = None,
+    gpu_slots: gpulock.Slots | None = None,
 ) -> dict:
     dev = request.device
     shapes = [dict(s) for s in (request.shapes or problem.shapes(request.tier))]
@@ -358,7 +358,7 @@ def run(
     pool: sandbox.Pool | None = None,
     wrapper: list[str] | None = None,
     cached: list[dict] | None = None,
-    gpu_slots: threading.Semaphore | gpulock.GpuSlots | None = None,
+    gpu_slots: gpulock.Slots | None = None,
 ) -> dict:
     """Run the harness once; returns the report (docs/harness.md, Report).
 
@@ -549,7 +549,7 @@ class _Pump:
     )
     _held_since: float | None = None
     shape: int | None = None  # the shape the child last said it works on
-    slots: threading.Semaphore | gpulock.GpuSlots | None = None  # `run`'s gpu_slots
+    slots: gpulock.Slots | None = None  # `run`'s gpu_slots
     slotted: bool = False  # this run holds one of them
     slot_wait: float = 0.0  # seconds waited for it: the child's deadline moves on by as much
     deadline: float | None = None  # while `loop` runs: its start plus the timeout

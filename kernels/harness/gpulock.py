@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Protocol
 
 TRACE_ENV = "AUTOWEB_GPU_LOCK_TRACE"
 
@@ -132,6 +133,16 @@ def slots_setting(name: str, raw: str | None, default: int | None) -> int | None
     if n < 1:
         raise ValueError(f"{name} must be at least 1, got {n}")
     return n
+
+
+class Slots(Protocol):
+    """What bounds the evaluations on a GPU (`evaluate(..., gpu_slots=...)`): a
+    `threading.Semaphore` within a process, `GpuSlots` across the processes of a host, or
+    either staggered (kernels.engine.flight.Stagger)."""
+
+    def acquire(self) -> bool: ...
+
+    def release(self) -> None: ...
 
 
 class GpuSlots:
