@@ -11,6 +11,7 @@ candidate, so a pool of idle children saves start-up time; each child serves one
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
@@ -62,22 +63,30 @@ def _send_sweeping(**msg) -> None:
     send(**msg)
 
 
-def blocking_sync() -> bool:
+def cuda_driver() -> ctypes.CDLL | None:
+    """The CUDA driver, initialised (`cuInit`), or None where it does not load or initialise
+    (torch then says why when it needs the GPU). Initialising creates no context and runs
+    nothing on the GPU, so it needs no hold of the GPU's lock: done first, outside it, the
+    hold covers only the context's creation and first allocation, which do touch the GPU."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    return cuda if cuda.cuInit(0) == 0 else None
+
+
+def blocking_sync(cuda: ctypes.CDLL | None) -> bool:
     """Have this process's CUDA context block on a synchronisation primitive while it waits for
     the GPU (`AUTOWEB_CUDA_SYNC=blocking`) rather than spin on a core, which CUDA's own choice
     does with fewer contexts than cores. A dozen sandboxes verify at once on one GPU, each
     waiting on kernels of the others; spinning, they take cores that could compile the next
     candidates. Timings are taken with CUDA events, on the GPU, so how the host waits does not
-    enter them. Called before the context exists; False where the driver refuses (the context
-    then makes CUDA's own choice)."""
-    import ctypes
-
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
+    enter them. Called with the initialised driver (`cuda_driver`) before the context exists;
+    False where there is none or it refuses (the context then makes CUDA's own choice)."""
+    if cuda is None:
         return False
     dev = ctypes.c_int()
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0:
+    if cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0:
         return False
     set_flags = getattr(cuda, "cuDevicePrimaryCtxSetFlags_v2", None)
     set_flags = set_flags or cuda.cuDevicePrimaryCtxSetFlags
@@ -137,6 +146,10 @@ def main(confined: dict | None = None) -> None:
     sync = None  # how the CUDA context waits for the GPU: "auto" (CUDA's choice) or "blocking"
     hold = None  # when the hold for the CUDA context was asked for, granted and let go
     if device == "cuda":
+        driver = cuda_driver()  # outside the hold: it creates no context
+        sync = "auto"
+        if os.environ.get("AUTOWEB_CUDA_SYNC") == "blocking" and blocking_sync(driver):
+            sync = "blocking"
         # Creating a CUDA context disturbs a kernel being timed in another process: take the
         # GPU's lock shared, as verification does, so it waits while anyone is timing. Taken
         # as every shared hold is (kernels.harness.gpulock), it also waits for the timing
@@ -146,9 +159,6 @@ def main(confined: dict | None = None) -> None:
 
         lock = GpuLock(path=os.environ["AUTOWEB_GPU_LOCK"], shared=True)
         with lock:
-            sync = "auto"
-            if os.environ.get("AUTOWEB_CUDA_SYNC") == "blocking" and blocking_sync():
-                sync = "blocking"
             torch.cuda.init()
             torch.empty(1, device="cuda")
             torch.cuda.synchronize()
