@@ -336,15 +336,13 @@ class Run:
         if prev is None or (prev["passed"] is not False and passed is False):
             self.checks[name] = {"passed": passed, "detail": detail}
 
-    def oracle(self, i: int, which: str, wait: bool = True) -> torch.Tensor:
+    def oracle(self, i: int, which: str) -> torch.Tensor:
         """The float64 reference on shape i's inputs `which`: a seed's name, or `rotJ`, the
-        J-th input set graph-mode timing cycles through (the child's `prepare_shape`). With
-        `wait` False, one kept on the host may still be on its way there (`_keep`): the caller
-        synchronises before reading it."""
+        J-th input set graph-mode timing cycles through (the child's `prepare_shape`)."""
         key = (i, which)
         if key not in self._oracles:
             inputs = self._inputs(i, which)
-            self._keep(key, self._reference(i, inputs), wait)
+            self._keep(key, self._reference(i, inputs))
         return self._oracles[key]
 
     def _inputs(self, i: int, which: str) -> tuple[torch.Tensor, ...]:
@@ -354,7 +352,7 @@ class Run:
             seed = self.seeds[i][which]
         return self.problem.make_inputs(self.shapes[i], self.dtype, self.pdev, seed)
 
-    def _keep(self, key: tuple[int, str], ref: torch.Tensor, wait: bool = True) -> None:
+    def _keep(self, key: tuple[int, str], ref: torch.Tensor) -> None:
         # Another shape's references go, but for those computed ahead (on the host, until
         # their shape is checked) and those of timed outputs (on the host, until checked).
         i = key[0]
@@ -365,10 +363,8 @@ class Run:
         }
         if ref.numel() <= HOST_COMPARE_MAX:
             # Compared on the host: a few dozen launches and a synchronisation fewer on a GPU
-            # that other processes' contexts take turns on, and the GPU given up sooner. Not
-            # waited for unless `wait`: the references computed together (`references`) are
-            # copied into pinned memory behind each other and waited for once.
-            ref = ref.to("cpu", non_blocking=not wait)
+            # that other processes' contexts take turns on, and the GPU given up sooner.
+            ref = ref.cpu()
         self._oracles[key] = ref
 
     def _reference(self, i: int, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -618,19 +614,11 @@ class Run:
             self.admit(i, missing[0])
         if any((i, w) not in self._oracles for w in whichs):
             label = self.results[i]["label"]
-
-            def compute() -> None:
-                # One synchronisation for them all, also when one fails (what was kept is then
-                # whole): on a GPU whose contexts take turns, each wait for this process's own
-                # work is a wait for a turn.
-                try:
-                    for w in whichs:
-                        self.oracle(i, w, wait=False)
-                finally:
-                    if self.pdev == "cuda":
-                        torch.cuda.current_stream().synchronize()
-
-            self.own_work(f"{label}: its reference", compute, self.reference_bytes(i))
+            self.own_work(
+                f"{label}: its reference",
+                lambda: [self.oracle(i, w) for w in whichs],
+                self.reference_bytes(i),
+            )
         return {w: self._oracles[(i, w)] for w in whichs}
 
     def verify(self, i: int, tag: str, which: str, meta: dict, root: Path) -> bool:
