@@ -4,6 +4,7 @@ needed; the other holders are threads, other processes and a real sandboxed chil
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -236,6 +237,56 @@ def test_the_childs_hold_for_its_cuda_context_waits_behind_a_queued_timing_phase
     # Where the host has Landlock, the child took its hold confined: the lock's three files
     # are the ones outside its directory that it may open for writing.
     assert confined.get("filesystem") is (landlock.abi_version() >= 1)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_child_starts_the_cuda_driver_before_its_hold_and_the_context_under_it(
+    lock_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's initialisation (cuInit) creates no context and runs nothing on the GPU, so
+    the child does it before asking for the hold; torch's CUDA start and the context come under
+    it. The order, as kernels.harness.runner.main takes it on a GPU (here the steps record
+    themselves, and torch's CUDA start stops the run)."""
+    import torch
+
+    from kernels.harness import gpulock, runner
+
+    steps: list[str] = []
+    monkeypatch.setattr(runner, "cuda_driver", lambda: steps.append("driver"))
+    monkeypatch.setattr(runner, "blocking_sync", lambda cuda: steps.append("sync flag") or True)
+    acquire, release = gpulock.GpuLock.acquire, gpulock.GpuLock.release
+
+    def held(self: GpuLock) -> GpuLock:
+        steps.append("hold")
+        return acquire(self)
+
+    def let_go(self: GpuLock) -> None:
+        steps.append("let go")
+        release(self)
+
+    def torch_start() -> None:
+        steps.append("torch's CUDA start")
+        raise _Stop
+
+    monkeypatch.setattr(gpulock.GpuLock, "acquire", held)
+    monkeypatch.setattr(gpulock.GpuLock, "release", let_go)
+    monkeypatch.setattr(torch.cuda, "init", torch_start)
+    read, write = os.pipe()
+    monkeypatch.setenv("AUTOWEB_WIRE_FD", str(write))
+    monkeypatch.setenv("AUTOWEB_DEVICE", "cuda")
+    monkeypatch.setenv("AUTOWEB_CUDA_SYNC", "blocking")
+    monkeypatch.setenv("AUTOWEB_GPU_LOCK", str(GpuLock(lock_key).path))
+    try:
+        with pytest.raises(_Stop):
+            runner.main({})
+    finally:
+        os.close(read)
+        runner._wire.close()  # the write end
+        runner._wire = None
+    assert steps == ["driver", "sync flag", "hold", "torch's CUDA start", "let go"]
 
 
 def test_the_caller_traces_the_hold_a_child_reports_when_it_is_ready(
