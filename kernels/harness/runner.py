@@ -67,7 +67,7 @@ def cuda_driver() -> ctypes.CDLL | None:
     """The CUDA driver, initialised (`cuInit`), or None where it does not load or initialise
     (torch then says why when it needs the GPU). Initialising creates no context and runs
     nothing on the GPU, so it needs no hold of the GPU's lock: done first, outside it, the
-    hold covers only the context's creation and first allocation, which do touch the GPU."""
+    hold covers torch's CUDA start, the context's creation and its first allocation."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
