@@ -274,6 +274,7 @@ def test_the_child_starts_the_cuda_driver_before_its_hold_and_the_context_under_
     monkeypatch.setattr(gpulock.GpuLock, "acquire", held)
     monkeypatch.setattr(gpulock.GpuLock, "release", let_go)
     monkeypatch.setattr(torch.cuda, "init", torch_start)
+    monkeypatch.setattr(runner, "_wire", None)  # main opens the wire (below) and sets it
     read, write = os.pipe()
     monkeypatch.setenv("AUTOWEB_WIRE_FD", str(write))
     monkeypatch.setenv("AUTOWEB_DEVICE", "cuda")
@@ -284,8 +285,10 @@ def test_the_child_starts_the_cuda_driver_before_its_hold_and_the_context_under_
             runner.main({})
     finally:
         os.close(read)
-        runner._wire.close()  # the write end
-        runner._wire = None
+        if runner._wire is not None:
+            runner._wire.close()  # the write end
+        else:
+            os.close(write)
     assert steps == ["driver", "sync flag", "hold", "torch's CUDA start", "let go"]
 
 
