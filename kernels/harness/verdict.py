@@ -10,6 +10,8 @@ nothing the candidate's process says about correctness is believed.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import math
 import os
 import re
@@ -54,10 +56,49 @@ T = TypeVar("T")
 MEMORY_RETRY_WAITS_S = (0.5, 1.0, 2.0)
 
 
+class OldestFirst:
+    """`n` slots, each free one given to the waiter with the smallest key (the evaluation
+    that began first), ties to whoever asked first. A plain semaphore hands them round in the
+    order asked, so a dozen evaluations that began together, each asking once per shape, all
+    finish their checks together, late; oldest first, the first finishes first and gives its
+    GPU slot to the next while the others still check. Each waiter waits for the same work in
+    all either way."""
+
+    def __init__(self, n: int) -> None:
+        self._n = self._free = n
+        self._cond = threading.Condition()
+        self._waiting: list[tuple[float, int]] = []  # a heap of (key, ticket)
+        self._tickets = itertools.count()
+
+    def acquire(self, key: float = float("-inf"), blocking: bool = True) -> bool:
+        with self._cond:
+            if not blocking:
+                if self._free and not self._waiting:
+                    self._free -= 1
+                    return True
+                return False
+            me = (key, next(self._tickets))
+            heapq.heappush(self._waiting, me)
+            while not (self._free and self._waiting[0] == me):
+                self._cond.wait()
+            heapq.heappop(self._waiting)
+            self._free -= 1
+            if self._free and self._waiting:
+                self._cond.notify_all()  # the next in line may take another free one
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            if self._free >= self._n:
+                raise ValueError("OldestFirst released more often than acquired")
+            self._free += 1
+            self._cond.notify_all()
+
+
 # References computed at once in this process (each evaluation in flight is a thread): a
 # float64 reference of a large shape takes several GB of GPU memory while it is computed. A bad
 # setting stops the process here, when it loads the harness.
-_REFERENCE_SLOTS = threading.BoundedSemaphore(
+_REFERENCE_SLOTS = OldestFirst(
     gpulock.slots_setting("AUTOWEB_REFERENCE_SLOTS", os.environ.get("AUTOWEB_REFERENCE_SLOTS"), 4)
 )
 # ... and within a share of the GPU's memory: the candidates' processes share the GPU, and
@@ -258,6 +299,8 @@ class Run:
         self.seeds = seeds
         self.dtype = dtype
         self._on_event = on_event
+        # When the evaluation began: its place among the others' for a reference slot.
+        self.began = time.monotonic()
         self.pdev = "cuda" if dev == "cuda" else "cpu"
         self.tol = problem.tolerance(dtype)
         self._oracles: dict[tuple[int, str], torch.Tensor] = {}
@@ -319,14 +362,18 @@ class Run:
 
     @contextlib.contextmanager
     def reference_slot(self, nbytes: int = 0) -> Iterator[None]:
-        """One of this process's reference slots, then, on a GPU, `nbytes` of its reference
-        memory (`reference_memory`); the wait for both is counted (`reference_wait`)."""
+        """One of this process's reference slots (the evaluation that began first goes
+        first: `OldestFirst`), then, on a GPU, `nbytes` of its reference memory
+        (`reference_memory`); the wait for both is counted (`reference_wait`)."""
         asked = time.monotonic()
-        with _REFERENCE_SLOTS:
+        _REFERENCE_SLOTS.acquire(self.began)
+        try:
             memory = reference_memory().take(nbytes) if self.pdev == "cuda" else None
             with memory or contextlib.nullcontext():
                 self.reference_wait += time.monotonic() - asked
                 yield
+        finally:
+            _REFERENCE_SLOTS.release()
 
     def fail(self, category: str, reason: str) -> None:
         self.failures.append((category, reason))

@@ -410,3 +410,50 @@ def test_a_timed_output_on_another_fresh_set_gets_that_sets_reference_then(
     assert run.results[0]["errors"]["timed0"]["passed"]
     assert run.timed_early == 0
     assert (0, predicted) not in run._oracles and run._for_timed_bytes == 0
+
+
+def test_the_reference_slots_go_to_the_evaluation_that_began_first():
+    # A dozen evaluations that began together each ask once per shape: handed round in the
+    # order asked they all finish their checks late together; oldest first, the first is done
+    # first and gives its GPU slot to the next.
+    import threading
+    import time
+
+    slots = verdict.OldestFirst(1)
+    assert slots.acquire(0.0)
+    order: list[float] = []
+    asking = []
+    for key in (5.0, 3.0, 4.0, 1.0):
+        t = threading.Thread(
+            target=lambda k=key: (slots.acquire(k), order.append(k), slots.release())
+        )
+        t.start()
+        asking.append(t)
+        time.sleep(0.05)  # each waits before the next asks: the order asked is 5, 3, 4, 1
+    assert order == []
+    slots.release()
+    for t in asking:
+        t.join(5)
+    assert order == [1.0, 3.0, 4.0, 5.0]
+    # Equal keys: whoever asked first. Bounded: a release without an acquire is a bug.
+    assert slots.acquire(2.0, blocking=False)
+    assert not slots.acquire(0.0, blocking=False)
+    slots.release()
+    with pytest.raises(ValueError, match="released more often"):
+        slots.release()
+
+
+def test_two_slots_serve_two_at_once_and_the_next_in_line_takes_the_one_freed():
+    import threading
+
+    slots = verdict.OldestFirst(2)
+    assert slots.acquire(9.0) and slots.acquire(9.0)
+    got = threading.Event()
+    t = threading.Thread(target=lambda: (slots.acquire(1.0), got.set()))
+    t.start()
+    assert not got.wait(0.2)
+    slots.release()
+    assert got.wait(5)
+    t.join(5)
+    slots.release()
+    slots.release()
