@@ -79,8 +79,16 @@ class OldestFirst:
                 return False
             me = (key, next(self._tickets))
             heapq.heappush(self._waiting, me)
-            while not (self._free and self._waiting[0] == me):
-                self._cond.wait()
+            try:
+                while not (self._free and self._waiting[0] == me):
+                    self._cond.wait()
+            except BaseException:
+                # Interrupted while waiting (Ctrl-C on the main thread): out of the line, or
+                # everyone behind would wait for it for ever.
+                self._waiting.remove(me)
+                heapq.heapify(self._waiting)
+                self._cond.notify_all()
+                raise
             heapq.heappop(self._waiting)
             self._free -= 1
             if self._free and self._waiting:

@@ -412,30 +412,38 @@ def test_a_timed_output_on_another_fresh_set_gets_that_sets_reference_then(
     assert (0, predicted) not in run._oracles and run._for_timed_bytes == 0
 
 
+def _queued(slots: verdict.OldestFirst, n: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while len(slots._waiting) < n:
+        assert time.monotonic() < deadline, "the waiters never queued"
+        time.sleep(0.01)
+
+
 def test_the_reference_slots_go_to_the_evaluation_that_began_first():
     # A dozen evaluations that began together each ask once per shape: handed round in the
     # order asked they all finish their checks late together; oldest first, the first is done
-    # first and gives its GPU slot to the next.
+    # first and gives its GPU slot to the next. Equal keys: whoever asked first.
     import threading
-    import time
 
     slots = verdict.OldestFirst(1)
     assert slots.acquire(0.0)
-    order: list[float] = []
+    order: list[str] = []
     asking = []
-    for key in (5.0, 3.0, 4.0, 1.0):
+    for name, key in (("e5", 5.0), ("e3", 3.0), ("e4-first", 4.0), ("e4-second", 4.0), ("e1", 1.0)):
         t = threading.Thread(
-            target=lambda k=key: (slots.acquire(k), order.append(k), slots.release())
+            target=lambda n=name, k=key: (slots.acquire(k), order.append(n), slots.release())
         )
         t.start()
         asking.append(t)
-        time.sleep(0.05)  # each waits before the next asks: the order asked is 5, 3, 4, 1
+        _queued(slots, len(asking))  # each waits before the next asks
     assert order == []
     slots.release()
     for t in asking:
         t.join(5)
-    assert order == [1.0, 3.0, 4.0, 5.0]
-    # Equal keys: whoever asked first. Bounded: a release without an acquire is a bug.
+    assert order == ["e1", "e3", "e4-first", "e4-second", "e5"]
+    # Bounded: a release without an acquire is a bug.
     assert slots.acquire(2.0, blocking=False)
     assert not slots.acquire(0.0, blocking=False)
     slots.release()
@@ -456,4 +464,32 @@ def test_two_slots_serve_two_at_once_and_the_next_in_line_takes_the_one_freed():
     assert got.wait(5)
     t.join(5)
     slots.release()
+    slots.release()
+
+
+def test_a_waiter_interrupted_leaves_the_line_for_those_behind_it(monkeypatch):
+    # Ctrl-C lands in the main thread's wait: it must not stay at the head of the line.
+    import threading
+
+    slots = verdict.OldestFirst(1)
+    assert slots.acquire(0.0)
+    real_wait = slots._cond.wait
+    calls = {"n": 0}
+
+    def interrupted_once(timeout=None):
+        if threading.current_thread() is threading.main_thread() and not calls["n"]:
+            calls["n"] += 1
+            raise KeyboardInterrupt
+        return real_wait(timeout)
+
+    monkeypatch.setattr(slots._cond, "wait", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        slots.acquire(1.0)  # the oldest: it would be served first
+    assert slots._waiting == []
+    got = threading.Event()
+    t = threading.Thread(target=lambda: (slots.acquire(2.0), got.set()))
+    t.start()
+    slots.release()
+    assert got.wait(5)
+    t.join(5)
     slots.release()
