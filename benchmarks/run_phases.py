@@ -323,7 +323,19 @@ def summary(run: dict) -> dict:
         "steps": steps(run),
         "lost_shapes": lost_shapes(run),
         "references": references(run),
+        # Attempts the harness failed on its own part before a verdict (None: a run from
+        # before they were counted), and when the first and the `jobs`-th verdicts came: what
+        # the pipeline's start cost.
+        "faulted_attempts": run.get("faulted_attempts"),
+        "first_verdicts": first_verdicts(run),
     }
+
+
+def first_verdicts(run: dict) -> dict | None:
+    done, jobs = run.get("done_at") or [], run.get("jobs") or 0
+    if not done or not jobs or len(done) < jobs:
+        return None
+    return {"first_s": done[0], "jobs_th_s": done[jobs - 1]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,6 +386,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"  steady window: the GPU held for timing {s['lock']['timing']:.0%} of it, "
                 f"draining for a timing phase {s['lock']['draining']:.0%}"
             )
+        first = s["first_verdicts"]
+        if first:
+            print(
+                f"  the first verdict at {first['first_s']} s, the {s['jobs']}th at "
+                f"{first['jobs_th_s']} s"
+            )
+        if s["faulted_attempts"] is not None:
+            print(f"  attempts the harness failed before a verdict: {s['faulted_attempts']}")
         lost = s["lost_shapes"]
         if lost:
             print(

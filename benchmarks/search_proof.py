@@ -50,7 +50,7 @@ from kernels.harness import (  # noqa: E402
 from kernels.harness import baselines as bl  # noqa: E402
 from kernels.harness import device as devmod  # noqa: E402
 from kernels.harness.sandbox import Pool, adopt_escaped_processes, kill_all  # noqa: E402
-from kernels.protocol import HarnessFault, again_on_fault  # noqa: E402
+from kernels.protocol import FAULT_ATTEMPTS, HarnessFault, again_on_fault  # noqa: E402
 
 _lock = threading.Lock()
 
@@ -147,10 +147,25 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
     def one(k: int, src: str, ticket) -> tuple[float, float, dict | None, int]:
         started = time.perf_counter() - t0
         fault = None
+        attempts: list[float] = []  # when each attempt began
+        faults: list[str] = []
+
+        def attempt() -> dict:
+            attempts.append(round(time.perf_counter() - t0, 3))
+            try:
+                return ev(src, ticket.on_event)
+            except HarnessFault as e:
+                at = time.perf_counter() - t0
+                log(f"[fault] {at:7.1f} s attempt {len(attempts)} not judged: {str(e)[:200]}")
+                raise
+
         try:
             # The harness failing on its own part is tried again, as `kernels tune` does; still
-            # failing, the configuration was not judged: no verdict, not counted as one.
-            report = again_on_fault(lambda: ev(src, ticket.on_event))
+            # failing, the configuration was not judged: no verdict, not counted as one. The
+            # attempts before a verdict are logged and counted: their time is in the rate.
+            report = again_on_fault(attempt, faults)
+            report["harness_faults"] = faults
+            report["attempts_at"] = attempts
         except HarnessFault as e:
             report, fault = None, str(e)
         finally:
@@ -201,6 +216,12 @@ def rate(sources: list[str], jobs: int, ev, ahead: int = 0, linger: float = 0.0)
         # Evaluations that reached no verdict (the harness failed each time), apart from
         # `evaluations` and the rates, which count verdicts over the whole wall clock.
         "not_judged": not_judged,
+        # Attempts that ended in HarnessFault before a verdict, in all and per report (in the
+        # order of the lists below), and when each report's attempts began.
+        "faulted_attempts": sum(len(r["harness_faults"]) for r in reports)
+        + len(not_judged) * FAULT_ATTEMPTS,
+        "harness_faults": [r["harness_faults"] for r in reports],
+        "attempts_at": [r["attempts_at"] for r in reports],
         "jobs": jobs,
         "ahead": ahead,
         "linger_s": linger or None,

@@ -139,6 +139,12 @@ def print_report(rep: dict, out=sys.stdout) -> None:
     print(f"geomean_speedup_compiled: {_fmt(sm['geomean_speedup_compiled'])}", file=out)
     print(f"min_speedup_eager: {_fmt(sm['min_speedup_eager'])}", file=out)
     print(f"seconds: {sm['seconds']}", file=out)
+    faults = rep.get("harness_faults") or []
+    if faults:
+        # The verdict came on a later attempt: the earlier ones judged nothing.
+        print(f"judged on attempt {len(faults) + 1}; the harness failed before:", file=out)
+        for f in faults:
+            print(f"  - {f}", file=out)
 
 
 def _progress(quiet: bool):
@@ -167,6 +173,7 @@ def cmd_evaluate(args) -> int:
     problem = _load_problem(args)
     source, _ = _read_candidate(args.candidate, problem)
     dev = _device(args.device)
+    faults: list[str] = []
     rep = again_on_fault(
         lambda: evaluate(
             problem,
@@ -176,8 +183,11 @@ def cmd_evaluate(args) -> int:
             timeout_s=args.timeout,
             on_event=_progress(args.quiet),
             budget_s=args.budget,
-        )
+        ),
+        faults,
     )
+    if faults:
+        rep["harness_faults"] = faults
     _write_json(args.json, _with_source(rep, source))
     print_report(rep)
     return 0 if rep["verdict"] == "accepted" else 1

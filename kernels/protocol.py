@@ -55,13 +55,17 @@ FAULT_ATTEMPTS = 3
 T = TypeVar("T")
 
 
-def again_on_fault(work: Callable[[], T]) -> T:
+def again_on_fault(work: Callable[[], T], faults: list[str] | None = None) -> T:
     """`work()`, run again while it raises HarnessFault, FAULT_ATTEMPTS times in all; the last
-    fault is raised."""
+    fault is raised. Each fault's message is appended to `faults` where given: a verdict that
+    came on a later attempt says so (the report's `harness_faults`), and what the attempts
+    before it cost is not hidden in its latency."""
     for attempt in range(1, FAULT_ATTEMPTS + 1):
         try:
             return work()
-        except HarnessFault:
+        except HarnessFault as e:
+            if faults is not None:
+                faults.append(str(e)[:500])
             if attempt == FAULT_ATTEMPTS:
                 raise
     raise AssertionError("unreachable")

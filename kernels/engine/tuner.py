@@ -199,11 +199,14 @@ class Tuner:
     def _evaluate(self, source: str, ticket: Ticket) -> tuple[Report | None, str | None, str]:
         """Run evaluate; raises only ProblemError (a problem that fails on its own stops the
         search). Returns (report, failure category or None, reason)."""
+        faults: list[str] = []
         try:
             if self.linger_s is not None:
-                report = again_on_fault(lambda: self.evaluate(source, on_event=ticket.on_event))
+                report = again_on_fault(
+                    lambda: self.evaluate(source, on_event=ticket.on_event), faults
+                )
             else:
-                report = again_on_fault(lambda: self.evaluate(source))
+                report = again_on_fault(lambda: self.evaluate(source), faults)
         except ProblemError:
             raise
         except HarnessFault as exc:  # the harness failed each time: no verdict on the config
@@ -213,6 +216,8 @@ class Tuner:
             return None, "crashed", f"evaluate raised {type(exc).__name__}: {_first_line(exc)}"
         if not isinstance(report, dict) or "verdict" not in report:
             return None, "malformed", f"evaluate returned no report ({type(report).__name__})"
+        if faults:
+            report["harness_faults"] = faults
         if report["verdict"] != "accepted":
             reasons = "; ".join(str(r) for r in report.get("reasons") or [])
             return report, report.get("failure") or "rejected", reasons or "rejected"

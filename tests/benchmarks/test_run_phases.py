@@ -197,6 +197,8 @@ def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     assert "50.3 per minute, steady state 52.1" in res.stdout
     assert "preparing -> benchmarking" in res.stdout
     assert "steady window" not in res.stdout  # run g did not record when each started
+    assert "the first verdict at 8.45 s, the 12th at 22.48 s" in res.stdout
+    assert "attempts the harness failed" not in res.stdout  # nor counted them
 
     res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-05-h100-k8b.json")
     assert res.returncode == 0, res.stderr
@@ -239,3 +241,13 @@ def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     res = run_script("run_phases.py", str(bad))
     assert res.returncode == 2
     assert "not a search_proof.py run (KeyError" in res.stderr
+
+
+def test_the_first_verdicts_and_the_attempts_that_faulted_are_reported_where_recorded() -> None:
+    run = {**_run(), "jobs": 2, "faulted_attempts": 3}
+    s = run_phases.summary(run)
+    assert s["first_verdicts"] == {"first_s": 6.5, "jobs_th_s": 6.6}
+    assert s["faulted_attempts"] == 3
+    old = run_phases.summary(_run())  # a run from before the attempts were counted
+    assert old["faulted_attempts"] is None
+    assert run_phases.summary({**_run(), "done_at": []})["first_verdicts"] is None

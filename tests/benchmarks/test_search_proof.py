@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kernels.protocol import FAULT_ATTEMPTS
 from tests.benchmarks import ROOT, run_script
 
 
@@ -38,6 +39,9 @@ def test_every_phase_runs_and_the_json_says_how_the_screening_was_scheduled(
     assert (after["jobs"], after["ahead"], after["linger_s"], after["lingered"]) == (1, 1, 20, 0)
     assert after["stagger_s"] == 0.5
     assert len(after["timelines"]) == len(after["gpu_wait"]) == 2
+    # No attempt faulted: each verdict came on its first, begun when its call did.
+    assert after["faulted_attempts"] == 0 and after["harness_faults"] == [[], []]
+    assert [len(a) for a in after["attempts_at"]] == [1, 1]
     # What benchmarks/run_phases.py reads: when each started, and its child's CPU seconds.
     assert len(after["started_at"]) == 2 and all(0 <= s < 600 for s in after["started_at"])
     assert all(cpu["compiling"] > 0 for cpu in after["cpu_timelines"]), after["cpu_timelines"]
@@ -118,3 +122,7 @@ def test_an_evaluation_the_harness_cannot_check_is_not_counted_as_a_verdict(
     assert len(after["not_judged"]) == 1
     assert "this process ran out of memory" in after["not_judged"][0]
     assert "[  1/1]" in res.stdout and "not judged" in res.stdout
+    # Each failed attempt is logged when it fails and counted: its time is in the rate.
+    assert after["faulted_attempts"] == FAULT_ATTEMPTS
+    for k in range(1, FAULT_ATTEMPTS + 1):
+        assert f"attempt {k} not judged: " in res.stdout, res.stdout

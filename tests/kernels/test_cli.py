@@ -112,6 +112,39 @@ def test_evaluate_exits_3_with_no_report_when_the_harness_cannot_check(tmp_path:
     assert not out.exists()
 
 
+def test_a_report_judged_on_a_later_attempt_says_so() -> None:
+    import io
+
+    from kernels.cli import print_report
+
+    rep = {
+        "problem": "softmax",
+        "tier": "smoke",
+        "dtype": "float32",
+        "device": {"kind": "interpret", "name": "Triton CPU interpreter"},
+        "shapes": [],
+        "checks": {},
+        "summary": {
+            "geomean_speedup_eager": None,
+            "geomean_speedup_compiled": None,
+            "min_speedup_eager": None,
+            "seconds": 1.0,
+        },
+        "verdict": "accepted",
+        "failure": None,
+        "reasons": [],
+    }
+    out = io.StringIO()
+    print_report(rep, out)
+    assert "attempt" not in out.getvalue()
+
+    rep["harness_faults"] = ["M=1: its reference: this process ran out of memory"]
+    out = io.StringIO()
+    print_report(rep, out)
+    assert "judged on attempt 2; the harness failed before:" in out.getvalue()
+    assert "  - M=1: its reference: this process ran out of memory" in out.getvalue()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

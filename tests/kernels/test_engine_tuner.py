@@ -489,6 +489,10 @@ def test_a_harness_fault_is_run_again_and_never_taken_for_the_configs_verdict() 
     assert [t["status"] for t in result.trials][0] == "kept"
     assert result.failures == 0
     assert evaluator.seen[0] == {"BLOCK_N": 1024, "NUM_WARPS": 4}
+    # Its report says it was judged on a later attempt, and why the earlier ones were not.
+    assert result.best_report["harness_faults"] == [
+        "BLOCK_N=1024: its reference: this process ran out of memory"
+    ] * (FAULT_ATTEMPTS - 1)
 
 
 def test_a_harness_that_fails_every_time_records_the_config_not_judged() -> None:
