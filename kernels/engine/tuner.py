@@ -51,6 +51,9 @@ class TrialRecord(TypedDict):
     retimed: dict[str, dict[str, Any]] | None  # {"incumbent": {...}, "challenger": {...}}
     description: str
     seconds: float
+    # Attempts the harness failed on its own part before this verdict (HarnessFault, run
+    # again): 0 as a rule; FAULT_ATTEMPTS where the config was not judged at all.
+    faulted_attempts: int
 
 
 @dataclass
@@ -191,14 +194,15 @@ class Tuner:
     def _timed_evaluate(self, proposal: Proposal, ticket: Ticket) -> tuple:
         started = time.perf_counter()
         try:
-            report, failure, reason = self._evaluate(proposal.source, ticket)
+            report, failure, reason, faults = self._evaluate(proposal.source, ticket)
         finally:
             ticket.end()  # before the future is done: the loop then sees its place free
-        return report, failure, reason, time.perf_counter() - started
+        return report, failure, reason, faults, time.perf_counter() - started
 
-    def _evaluate(self, source: str, ticket: Ticket) -> tuple[Report | None, str | None, str]:
+    def _evaluate(self, source: str, ticket: Ticket) -> tuple[Report | None, str | None, str, int]:
         """Run evaluate; raises only ProblemError (a problem that fails on its own stops the
-        search). Returns (report, failure category or None, reason)."""
+        search). Returns (report, failure category or None, reason, how many attempts the
+        harness failed on its own part before the verdict)."""
         faults: list[str] = []
         try:
             if self.linger_s is not None:
@@ -211,21 +215,23 @@ class Tuner:
             raise
         except HarnessFault as exc:  # the harness failed each time: no verdict on the config
             why = f"not judged: the harness failed {FAULT_ATTEMPTS} times: {_first_line(exc)}"
-            return None, "crashed", why
+            return None, "crashed", why, len(faults)
         except Exception as exc:  # a failed config is data, not a reason to stop the search
-            return None, "crashed", f"evaluate raised {type(exc).__name__}: {_first_line(exc)}"
+            why = f"evaluate raised {type(exc).__name__}: {_first_line(exc)}"
+            return None, "crashed", why, len(faults)
         if not isinstance(report, dict) or "verdict" not in report:
-            return None, "malformed", f"evaluate returned no report ({type(report).__name__})"
+            why = f"evaluate returned no report ({type(report).__name__})"
+            return None, "malformed", why, len(faults)
         if faults:
             report["harness_faults"] = faults
         if report["verdict"] != "accepted":
             reasons = "; ".join(str(r) for r in report.get("reasons") or [])
-            return report, report.get("failure") or "rejected", reasons or "rejected"
-        return report, None, ""
+            return report, report.get("failure") or "rejected", reasons or "rejected", len(faults)
+        return report, None, "", len(faults)
 
     def _trial(self, proposal: Proposal, evaluated: tuple) -> TrialRecord:
         index = len(self._records)
-        report, failure, reason, eval_seconds = evaluated
+        report, failure, reason, faulted, eval_seconds = evaluated
         started = time.perf_counter()
         numbers = Numbers.of(report)
         retimed = None
@@ -250,6 +256,7 @@ class Tuner:
             "retimed": retimed,
             "description": "",
             "seconds": round(eval_seconds + time.perf_counter() - started, 6),
+            "faulted_attempts": faulted,
         }
         record["description"] = _describe(record)
         self._records.append(record)
@@ -391,4 +398,6 @@ def _describe(record: TrialRecord) -> str:
         if judge.number(speedup) is not None and math.isfinite(speedup)
     ]
     detail = f" ({', '.join(speedups)})" if speedups else ""
-    return f"{config}: {judge.ms(record['geomean_ms'])}{detail} {record['status']}"
+    again = record.get("faulted_attempts") or 0
+    tried = f", judged on attempt {again + 1}" if again else ""
+    return f"{config}: {judge.ms(record['geomean_ms'])}{detail} {record['status']}{tried}"

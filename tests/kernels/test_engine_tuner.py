@@ -489,10 +489,15 @@ def test_a_harness_fault_is_run_again_and_never_taken_for_the_configs_verdict() 
     assert [t["status"] for t in result.trials][0] == "kept"
     assert result.failures == 0
     assert evaluator.seen[0] == {"BLOCK_N": 1024, "NUM_WARPS": 4}
-    # Its report says it was judged on a later attempt, and why the earlier ones were not.
+    # Its report says it was judged on a later attempt, and why the earlier ones were not;
+    # its trial says how many attempts failed, and the line printed for it says so.
     assert result.best_report["harness_faults"] == [
         "BLOCK_N=1024: its reference: this process ran out of memory"
     ] * (FAULT_ATTEMPTS - 1)
+    first, *rest = result.trials
+    assert first["faulted_attempts"] == FAULT_ATTEMPTS - 1
+    assert first["description"].endswith(f"kept, judged on attempt {FAULT_ATTEMPTS}")
+    assert all(t["faulted_attempts"] == 0 and "attempt" not in t["description"] for t in rest)
 
 
 def test_a_harness_that_fails_every_time_records_the_config_not_judged() -> None:
@@ -510,6 +515,7 @@ def test_a_harness_that_fails_every_time_records_the_config_not_judged() -> None
         f"not judged: the harness failed {FAULT_ATTEMPTS} times: "
         "M=1: its reference: this process ran out of memory"
     )
+    assert [t["faulted_attempts"] for t in result.trials] == [FAULT_ATTEMPTS] * 2
 
 
 def test_a_retime_that_faults_once_is_run_again_and_confirms() -> None:
