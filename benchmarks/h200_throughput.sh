@@ -13,7 +13,8 @@
 # Env: PARTS ("search stack": either or both), JOBS (12), AHEAD (4), LINGER (20; 0: never),
 # STAGGER (0: all at once), THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (200),
 # STACK_TIMEOUT (320), REUSE_BASELINES (set: the screening takes the baselines an earlier run
-# on this host cached).
+# on this host cached), POOL_IDLE (set: the screening keeps that many warm sandboxes idle once
+# its first evaluations have taken theirs; by default as many as begin at once, and 4 more).
 # AUTOWEB_CUDA_SYNC and, for the stack, AUTOWEB_GPU_SLOTS reach the sandboxes and the workers
 # (docs/deploy.md).
 set -u
@@ -46,7 +47,7 @@ if [[ " ${PARTS:-search stack} " == *" search "* ]]; then
   timeout "${SEARCH_TIMEOUT:-200}" python3 benchmarks/search_proof.py --out "$OUT/search.json" \
     --problems-dir benchmarks/user_problems --problem token_logprobs --jobs "${JOBS:-12}" \
     --ahead "${AHEAD:-4}" --linger "${LINGER:-20}" --stagger "${STAGGER:-0}" --before 0 \
-    --throughput "${THROUGHPUT:-96}" --trials 0 \
+    --throughput "${THROUGHPUT:-96}" --trials 0 ${POOL_IDLE:+--pool-idle "$POOL_IDLE"} \
     ${REUSE_BASELINES:+--reuse-baselines} > "$OUT/search.log" 2>&1
   echo "search_proof exit $?"
   kill "$DMON" 2>/dev/null

@@ -15,7 +15,7 @@ Phases (each on the full sweep):
 3. `after`: `--throughput` screening evaluations of distinct configurations (cached baselines,
    adaptive timing, `--jobs` on the GPU and `--ahead` more loading and compiling meanwhile, a
    compile past `--linger` seconds giving its place to the next, the first `--jobs` let onto
-   the GPU one every `--stagger` seconds);
+   the GPU one every `--stagger` seconds, `--pool-idle` warm sandboxes kept idle);
 4. `tune`: the tuner from the seed (`--trials`, at most `--tune-minutes` of proposing), its
    wins confirmed by interleaved re-times, then its best candidates and both baselines timed
    together for the per-shape table.
@@ -298,6 +298,13 @@ def main() -> int:
         help="the screening's first --jobs evaluations take their GPU slots one every this "
         "many seconds rather than all at once (0: all at once)",
     )
+    ap.add_argument(
+        "--pool-idle",
+        type=int,
+        default=None,
+        help="warm sandboxes kept idle once the first evaluations have taken theirs (each "
+        "holds a CUDA context); by default as many as begin at once, and 4 more",
+    )
     ap.add_argument("--trials", type=int, default=120)
     ap.add_argument("--tune-minutes", type=float, default=5.0)
     ap.add_argument("--budget", type=float, default=0.5)
@@ -318,6 +325,8 @@ def main() -> int:
         ap.error("--linger is a number of seconds above 0, or 0 to turn it off")
     if not seconds_or_off(args.stagger):
         ap.error("--stagger is a number of seconds above 0, or 0 to turn it off")
+    if args.pool_idle is not None and args.pool_idle < 1:
+        ap.error("--pool-idle is a whole number of warm sandboxes, at least 1")
     gpu = args.device == "cuda"
     if args.problems_dir:
         os.environ["AUTOWEB_PROBLEM_DIRS"] = os.pathsep.join(
@@ -332,10 +341,15 @@ def main() -> int:
     seed = problem.seed_path.read_text()
     tier = "full" if gpu else "smoke"
     shapes = problem.shapes(tier)
-    # More warm sandboxes than evaluations in flight: a finished one is replaced in the
-    # background, and the next evaluation should not wait for Python, torch and CUDA to start.
+    # Warm sandboxes, so that an evaluation does not wait for Python, torch and CUDA to start:
+    # as many as begin at once and 4 more start first, and each taken is replaced in the
+    # background. By default that many are kept idle throughout; `--pool-idle` keeps fewer
+    # once the first have been taken (each idle one holds a CUDA context, and each taken one
+    # started its replacement at once).
     spare = spare_for(args.ahead, args.linger)
-    pool = Pool(args.device, size=args.jobs + args.ahead + spare + 4)
+    first = args.jobs + args.ahead + spare + 4
+    pool = Pool(args.device, size=args.pool_idle or first, first=first)
+    out["pool"] = {"first": first, "idle": args.pool_idle or first}
     cache = (
         BaselineCache(Path(os.environ.get("TMPDIR", "/tmp")) / "autoweb-search-proof")
         if gpu

@@ -243,7 +243,8 @@ def cmd_tune(args) -> int:
     # Screening on a GPU takes the baselines from the cache (measured once per GPU, problem,
     # shapes and versions); the interpreter times nothing.
     cache = BaselineCache() if dev == "cuda" and not args.no_cache else None
-    # One spare: a finished sandbox is replaced meanwhile. No more than the trials need.
+    # Warm sandboxes kept idle: as many as begin at once and one more, each taken replaced in
+    # the background (those in use are not counted). No more than the trials need.
     pool = Pool(dev, size=min(args.jobs + ahead + spare, args.trials) + 1)
     # --jobs evaluations on the GPU at once, --ahead more loading and compiling meanwhile.
     slots = threading.Semaphore(args.jobs) if dev == "cuda" else None

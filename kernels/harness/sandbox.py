@@ -480,19 +480,27 @@ def sweep_escaped() -> int:
 
 
 class Pool:
-    """Keeps `size` warm children per device ready; each is handed out once."""
+    """Keeps `size` warm children per device ready, idle: each is handed out once, and each
+    taken is replaced in the background (the children in use are not counted). `first`, when
+    larger, is how many start at once: a caller that begins several evaluations together takes
+    that many warm ones, and only `size` are kept idle after. Each warm child has started
+    Python and torch and, on a GPU, holds a CUDA context: its share of the GPU's memory."""
 
-    def __init__(self, device: str, size: int = 2, **child_kw) -> None:
+    def __init__(self, device: str, size: int = 2, first: int | None = None, **child_kw) -> None:
         self.device = device
         self.size = max(0, size)
         self.child_kw = child_kw
         self._idle: list[Child] = []
         self._lock = threading.Lock()
-        self.fill()
+        self._fill_to(max(self.size, first or 0))
 
     def fill(self) -> None:
+        self._fill_to(None)
+
+    def _fill_to(self, n: int | None) -> None:
+        """Up to n idle (None: `size`, read under the lock, so a closed pool starts none)."""
         with self._lock:
-            while len(self._idle) < self.size:
+            while len(self._idle) < (self.size if n is None else n):
                 self._idle.append(Child(self.device, **self.child_kw))
 
     def acquire(self) -> Child:

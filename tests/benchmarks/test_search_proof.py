@@ -39,6 +39,9 @@ def test_every_phase_runs_and_the_json_says_how_the_screening_was_scheduled(
     assert (after["jobs"], after["ahead"], after["linger_s"], after["lingered"]) == (1, 1, 20, 0)
     assert after["stagger_s"] == 0.5
     assert len(after["timelines"]) == len(after["gpu_wait"]) == 2
+    # As many warm sandboxes as begin at once (one on the GPU, one ahead, one lingering) and
+    # 4 more started first, and by default as many kept idle.
+    assert data["pool"] == {"first": 7, "idle": 7}
     # No attempt faulted: each verdict came on its first, begun when its call did.
     assert after["faulted_attempts"] == 0 and after["harness_faults"] == [[], []]
     assert [len(a) for a in after["attempts_at"]] == [1, 1]
@@ -60,6 +63,19 @@ def test_a_bad_linger_or_stagger_is_refused_before_anything_runs(tmp_path: Path,
 
     assert res.returncode == 2
     assert f"{flag} is a number of seconds above 0, or 0 to turn it off" in res.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_a_pool_idle_below_one_is_refused_before_anything_runs(tmp_path: Path, value: str) -> None:
+    res = run_script(
+        "search_proof.py",
+        *("--out", str(tmp_path / "x.json"), "--device", "interpret", "--pool-idle", value),
+        timeout=300,
+    )
+
+    assert res.returncode == 2
+    assert "--pool-idle is a whole number of warm sandboxes, at least 1" in res.stderr
     assert not (tmp_path / "x.json").exists()
 
 

@@ -256,6 +256,26 @@ def test_the_pool_hands_out_each_child_once_and_refills() -> None:
     assert all(c.proc.poll() is not None for c in taken)
 
 
+def test_a_pool_started_with_more_keeps_only_its_size_idle_after() -> None:
+    # Three start at once for a caller that begins three evaluations together; once they are
+    # taken, one is kept idle, not three: the first two taken start no replacement.
+    pool = Pool("interpret", size=1, first=3)
+    taken: list[Child] = []
+    try:
+        assert len(pool._idle) == 3
+        taken = [pool.acquire() for _ in range(2)]
+        time.sleep(1.0)  # a replacement would have been started by now
+        assert len(pool._idle) == 1
+        taken.append(pool.acquire())
+        assert _wait_for(lambda: len(pool._idle) == 1, 120), "the pool did not refill to 1"
+        time.sleep(1.0)
+        assert len(pool._idle) == 1  # to its size, not to `first`
+    finally:
+        for c in taken:
+            c.close()
+        pool.close()
+
+
 def test_the_pool_replaces_a_warm_child_that_died() -> None:
     pool = Pool("interpret", size=1)
     got = None
