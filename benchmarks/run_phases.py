@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         first = s["first_verdicts"]
         if first:
             print(
-                f"  the first verdict at {first['first_s']} s, the {s['jobs']}th at "
+                f"  the first verdict at {first['first_s']} s, the first {s['jobs']} by "
                 f"{first['jobs_th_s']} s"
             )
         if s["faulted_attempts"] is not None:

@@ -197,7 +197,7 @@ def test_the_command_line_reads_a_recorded_run(tmp_path: Path) -> None:
     assert "50.3 per minute, steady state 52.1" in res.stdout
     assert "preparing -> benchmarking" in res.stdout
     assert "steady window" not in res.stdout  # run g did not record when each started
-    assert "the first verdict at 8.45 s, the 12th at 22.48 s" in res.stdout
+    assert "the first verdict at 8.45 s, the first 12 by 22.48 s" in res.stdout
     assert "attempts the harness failed" not in res.stdout  # nor counted them
 
     res = run_script("run_phases.py", "docs/benchmarks/search/search-2026-12-05-h100-k8b.json")

@@ -53,29 +53,30 @@ def test_every_phase_runs_and_the_json_says_how_the_screening_was_scheduled(
     assert "after:" in res.stdout
 
 
-@pytest.mark.parametrize("flag", ["--linger", "--stagger"])
-def test_a_bad_linger_or_stagger_is_refused_before_anything_runs(tmp_path: Path, flag: str) -> None:
+LINGER_OR_STAGGER = "is a number of seconds above 0, or 0 to turn it off"
+POOL_IDLE = "is a whole number of warm sandboxes, at least 1"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--linger", "-1", LINGER_OR_STAGGER),
+        ("--stagger", "-1", LINGER_OR_STAGGER),
+        ("--pool-idle", "0", POOL_IDLE),
+        ("--pool-idle", "-2", POOL_IDLE),
+    ],
+)
+def test_a_bad_flag_is_refused_before_anything_runs(
+    tmp_path: Path, flag: str, value: str, message: str
+) -> None:
     res = run_script(
         "search_proof.py",
-        *("--out", str(tmp_path / "x.json"), "--device", "interpret", flag, "-1"),
+        *("--out", str(tmp_path / "x.json"), "--device", "interpret", flag, value),
         timeout=300,
     )
 
     assert res.returncode == 2
-    assert f"{flag} is a number of seconds above 0, or 0 to turn it off" in res.stderr
-    assert not (tmp_path / "x.json").exists()
-
-
-@pytest.mark.parametrize("value", ["0", "-2"])
-def test_a_pool_idle_below_one_is_refused_before_anything_runs(tmp_path: Path, value: str) -> None:
-    res = run_script(
-        "search_proof.py",
-        *("--out", str(tmp_path / "x.json"), "--device", "interpret", "--pool-idle", value),
-        timeout=300,
-    )
-
-    assert res.returncode == 2
-    assert "--pool-idle is a whole number of warm sandboxes, at least 1" in res.stderr
+    assert f"{flag} {message}" in res.stderr
     assert not (tmp_path / "x.json").exists()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import signal
@@ -113,8 +114,6 @@ def test_evaluate_exits_3_with_no_report_when_the_harness_cannot_check(tmp_path:
 
 
 def test_a_report_judged_on_a_later_attempt_says_so() -> None:
-    import io
-
     from kernels.cli import print_report
 
     rep = {
