@@ -14,7 +14,7 @@
 # STAGGER (0: all at once), THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (200),
 # STACK_TIMEOUT (320), REUSE_BASELINES (set: the screening takes the baselines an earlier run
 # on this host cached), POOL_IDLE (set: the screening keeps that many warm sandboxes idle once
-# its first evaluations have taken theirs; by default as many as begin at once, and 4 more).
+# its first evaluations have taken theirs; by default as `kernels tune` keeps them, AHEAD + 2).
 # AUTOWEB_CUDA_SYNC and, for the stack, AUTOWEB_GPU_SLOTS reach the sandboxes and the workers
 # (docs/deploy.md).
 set -u

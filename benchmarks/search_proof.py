@@ -37,7 +37,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels import problems  # noqa: E402
-from kernels.engine.flight import Flight, Stagger, seconds_or_off, spare_for  # noqa: E402
+from kernels.engine.flight import (  # noqa: E402
+    Flight,
+    Stagger,
+    seconds_or_off,
+    spare_for,
+    warm_pool,
+)
 from kernels.engine.proposers import KnobProposer, Tried  # noqa: E402
 from kernels.engine.tuner import Tuner  # noqa: E402
 from kernels.harness import (  # noqa: E402
@@ -303,7 +309,7 @@ def main() -> int:
         type=int,
         default=None,
         help="warm sandboxes kept idle once the first evaluations have taken theirs (each "
-        "holds a CUDA context); by default as many as begin at once, and 4 more",
+        "holds a CUDA context); by default as `kernels tune` keeps them, --ahead and 2 more",
     )
     ap.add_argument("--trials", type=int, default=120)
     ap.add_argument("--tune-minutes", type=float, default=5.0)
@@ -342,14 +348,14 @@ def main() -> int:
     tier = "full" if gpu else "smoke"
     shapes = problem.shapes(tier)
     # Warm sandboxes, so that an evaluation does not wait for Python, torch and CUDA to start:
-    # as many as begin at once and 4 more start first, and each taken is replaced in the
-    # background. By default that many are kept idle throughout; `--pool-idle` keeps fewer
-    # once the first have been taken (each idle one holds a CUDA context, and each taken one
-    # started its replacement at once).
+    # as `kernels tune` keeps them (kernels.engine.flight.warm_pool), as many as begin at once
+    # and one more start first, then a few are kept idle, each taken replaced in the
+    # background; `--pool-idle` sets how many.
     spare = spare_for(args.ahead, args.linger)
-    first = args.jobs + args.ahead + spare + 4
-    pool = Pool(args.device, size=args.pool_idle or first, first=first)
-    out["pool"] = {"first": first, "idle": args.pool_idle or first}
+    first, idle = warm_pool(args.jobs, args.ahead, spare)
+    idle = args.pool_idle or idle
+    pool = Pool(args.device, size=idle, first=max(first, idle))
+    out["pool"] = {"first": max(first, idle), "idle": idle}
     cache = (
         BaselineCache(Path(os.environ.get("TMPDIR", "/tmp")) / "autoweb-search-proof")
         if gpu

@@ -195,7 +195,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_tune(args) -> int:
     from kernels import knobs
-    from kernels.engine.flight import Stagger, seconds_or_off, spare_for
+    from kernels.engine.flight import Stagger, seconds_or_off, spare_for, warm_pool
     from kernels.engine.tuner import Tuner
     from kernels.harness import BaselineCache, evaluate, retime, time_together
     from kernels.harness.sandbox import Pool
@@ -243,9 +243,10 @@ def cmd_tune(args) -> int:
     # Screening on a GPU takes the baselines from the cache (measured once per GPU, problem,
     # shapes and versions); the interpreter times nothing.
     cache = BaselineCache() if dev == "cuda" and not args.no_cache else None
-    # Warm sandboxes kept idle: as many as begin at once and one more, each taken replaced in
-    # the background (those in use are not counted). No more than the trials need.
-    pool = Pool(dev, size=min(args.jobs + ahead + spare, args.trials) + 1)
+    # Warm sandboxes: as many as begin at once and one more start first (no more than the
+    # trials need), then a few are kept idle, each taken replaced in the background.
+    first, idle = warm_pool(args.jobs, ahead, spare, args.trials)
+    pool = Pool(dev, size=idle, first=first)
     # --jobs evaluations on the GPU at once, --ahead more loading and compiling meanwhile.
     slots = threading.Semaphore(args.jobs) if dev == "cuda" else None
     if slots is not None and stagger:

@@ -36,7 +36,15 @@ from collections.abc import Callable
 
 from kernels.harness.gpulock import Slots
 
-__all__ = ["Flight", "Stagger", "Ticket", "linger_setting", "seconds_or_off", "spare_for"]
+__all__ = [
+    "Flight",
+    "Stagger",
+    "Ticket",
+    "linger_setting",
+    "seconds_or_off",
+    "spare_for",
+    "warm_pool",
+]
 
 
 def linger_setting(linger_s: float | None, spare: int) -> tuple[float | None, int]:
@@ -59,6 +67,23 @@ def spare_for(ahead: int, linger_s: float | None) -> int:
     """How many may give their places up at once (`kernels tune --linger`): as many as compile
     ahead, at least one, since each costs a core; none without a linger time."""
     return max(1, ahead) if linger_s else 0
+
+
+def warm_pool(jobs: int, ahead: int, spare: int, trials: int | None = None) -> tuple[int, int]:
+    """(first, idle) for a screening's pool of warm sandboxes (`kernels.harness.sandbox.Pool`):
+    `first` start before its first evaluation, as many as may begin at once (`jobs` + `ahead`
+    + `spare`) and one more, no more than `trials` need; once those are taken, `idle` are kept
+    ready, each taken replaced in the background: `ahead` + 2, enough for a child's start-up
+    at the rate evaluations begin once the GPU is full, and no more than `first`.
+
+    Why not keep `first` idle throughout: each idle child holds a CUDA context (its share of
+    the GPU's memory), and each taken one would start its replacement at once. The first
+    wave's takes then start as many children as there are evaluations, on the cores the first
+    compiles need, while the GPU's memory is fullest. On one H100 (docs/benchmarks/search.md,
+    "Warm sandboxes kept idle"), keeping 6 idle rather than 24 brought the first verdict from
+    17.0 s to 9.5 s, and no evaluation of the first wave was squeezed out of the GPU's memory."""
+    first = min(jobs + ahead + spare, trials if trials is not None else jobs + ahead + spare) + 1
+    return first, min(first, ahead + 2)
 
 
 class Ticket:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kernels.engine.flight import Flight, Stagger
+from kernels.engine.flight import Flight, Stagger, warm_pool
 
 COMPILING = {"phase": "compiling"}
 COMPILED = {"phase": "compiled"}
@@ -272,3 +272,22 @@ def test_the_stagger_counts_turns_in_the_order_they_are_asked_for_across_threads
 def test_a_stagger_of_the_wrong_form_is_refused(n: int, every: float, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         Stagger(Counted(), n, every)
+
+
+@pytest.mark.parametrize(
+    "jobs, ahead, spare, trials, first, idle",
+    [
+        # The screening of docs/benchmarks/search.md: 12 on the GPU, 4 ahead, 4 lingering.
+        (12, 4, 4, None, 21, 6),
+        (12, 4, 4, 120, 21, 6),
+        # Fewer trials than may begin at once: no more started than they need.
+        (12, 4, 4, 5, 6, 6),
+        (1, 0, 0, 1, 2, 2),
+        # The interpreter: nothing ahead, nothing lingering.
+        (2, 0, 0, 24, 3, 2),
+    ],
+)
+def test_a_pool_starts_those_that_begin_at_once_then_keeps_ahead_and_two_idle(
+    jobs: int, ahead: int, spare: int, trials: int | None, first: int, idle: int
+) -> None:
+    assert warm_pool(jobs, ahead, spare, trials) == (first, idle)
