@@ -73,8 +73,9 @@ def warm_pool(jobs: int, ahead: int, spare: int, trials: int | None = None) -> t
     """(first, idle) for a screening's pool of warm sandboxes (`kernels.harness.sandbox.Pool`):
     `first` start before its first evaluation, as many as may begin at once (`jobs` + `ahead`
     + `spare`) and one more, no more than `trials` need; once those are taken, `idle` are kept
-    ready, each taken replaced in the background: `ahead` + 2, enough for a child's start-up
-    at the rate evaluations begin once the GPU is full, and no more than `first`.
+    ready, each taken replaced in the background: `ahead` + 2, no more than `first` (6 with
+    12 jobs and 4 ahead: at 65 evaluations a minute, a child's start-up of about 3 s takes
+    3-4 begins to replace).
 
     Why not keep `first` idle throughout: each idle child holds a CUDA context (its share of
     the GPU's memory), and each taken one would start its replacement at once. The first
