@@ -353,9 +353,8 @@ def main() -> int:
     # background; `--pool-idle` sets how many.
     spare = spare_for(args.ahead, args.linger)
     first, idle = warm_pool(args.jobs, args.ahead, spare)
-    idle = args.pool_idle or idle
-    pool = Pool(args.device, size=idle, first=max(first, idle))
-    out["pool"] = {"first": max(first, idle), "idle": idle}
+    pool = Pool(args.device, size=args.pool_idle or idle, first=first)
+    out["pool"] = {"first": pool.first, "idle": pool.size}
     cache = (
         BaselineCache(Path(os.environ.get("TMPDIR", "/tmp")) / "autoweb-search-proof")
         if gpu

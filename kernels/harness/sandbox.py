@@ -492,7 +492,8 @@ class Pool:
         self.child_kw = child_kw
         self._idle: list[Child] = []
         self._lock = threading.Lock()
-        self._fill_to(max(self.size, first or 0))
+        self.first = max(self.size, first or 0)  # how many started at once
+        self._fill_to(self.first)
 
     def fill(self) -> None:
         self._fill_to(None)

@@ -262,7 +262,7 @@ def test_a_pool_started_with_more_keeps_only_its_size_idle_after() -> None:
     pool = Pool("interpret", size=1, first=3)
     taken: list[Child] = []
     try:
-        assert len(pool._idle) == 3
+        assert len(pool._idle) == pool.first == 3
         taken = [pool.acquire() for _ in range(2)]
         time.sleep(1.0)  # a replacement would have been started by now
         assert len(pool._idle) == 1
