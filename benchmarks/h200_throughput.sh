@@ -8,8 +8,11 @@
 # lock's trace locks.txt, in phases.txt), then
 # the whole stack (stack_proof.py: `manage.py up` with WORKERS CUDA workers, two
 # tuner searches from the seed for a WINDOW-second window). `nvidia-smi dmon` samples the GPU
-# each second during each. First, what a sandboxed child's start costs (boot.json). Writes
-# under $1 (default: ./out). Needs redis-server on PATH for the stack.
+# each second during each: power and temperature, utilisation, clocks, and the seconds it was
+# held back by its power or thermal limit, and `vmstat` the host's CPUs (so that two runs' rates
+# can be told apart by clocks or by a busy host).
+# First, what a sandboxed child's start costs (boot.json). Writes under $1 (default: ./out).
+# Needs redis-server on PATH for the stack.
 # Env: PARTS ("search stack": either or both), JOBS (12), AHEAD (4), LINGER (20; 0: never),
 # STAGGER (0: all at once), THROUGHPUT (96), WORKERS (8), WINDOW (140), SEARCH_TIMEOUT (200),
 # STACK_TIMEOUT (320), REUSE_BASELINES (set: the screening takes the baselines an earlier run
@@ -36,8 +39,9 @@ print('child start-up: median', c['median_wall_s'], 's,', c['median_cpu_s'], 'CP
 d['compiled_first'].get('compiled') or 'nothing')" "$OUT/boot.json" | tee -a "$OUT/env.txt"
 
 sample_gpu() {
-  nvidia-smi dmon -s u -d 1 > "$OUT/dmon-$1.txt" 2>&1 &
+  nvidia-smi dmon -s pucv -d 1 > "$OUT/dmon-$1.txt" 2>&1 &
   DMON=$!
+  if command -v vmstat > /dev/null; then vmstat -t 1 > "$OUT/vmstat-$1.txt" 2>&1 & VMSTAT=$!; fi
 }
 
 if [[ " ${PARTS:-search stack} " == *" search "* ]]; then
@@ -50,7 +54,7 @@ if [[ " ${PARTS:-search stack} " == *" search "* ]]; then
     --throughput "${THROUGHPUT:-96}" --trials 0 ${POOL_IDLE:+--pool-idle "$POOL_IDLE"} \
     ${REUSE_BASELINES:+--reuse-baselines} > "$OUT/search.log" 2>&1
   echo "search_proof exit $?"
-  kill "$DMON" 2>/dev/null
+  kill "$DMON" ${VMSTAT:-} 2>/dev/null
   tail -6 "$OUT/search.log"
   # Each step's median seconds and CPU seconds, and the share of the run spent timing alone.
   # With the GPU lock's trace (locks.txt): how long each kind of hold lasted, and what each
@@ -65,6 +69,6 @@ if [[ " ${PARTS:-search stack} " == *" stack "* ]]; then
     --sketches benchmarks/user_problems/seeds --searches 2 --trials 60 \
     --timeout "${WINDOW:-140}" --out "$OUT/stack.json" > "$OUT/stack.log" 2>&1
   echo "stack_proof exit $?"
-  kill "$DMON" 2>/dev/null
+  kill "$DMON" ${VMSTAT:-} 2>/dev/null
   grep -E '"(trials_per_min|wall_s|terminal|eval_s_median|busy_fraction|timed_out)"' "$OUT/stack.log"
 fi
