@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import platform
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import redis
-from rq import Queue, Worker
+from rq import Queue, SimpleWorker, Worker
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
@@ -66,6 +67,31 @@ class SafeJob(Job):
     def stopped_callback(self):
         self._refuse_callback(getattr(self, "_stopped_callback_name", None))
         return None
+
+
+class QueueWorker(SimpleWorker):
+    """The RQ worker both the orchestrator and the GPU worker run: no fork per job (after CUDA
+    is initialised a fork is unsafe, and the orchestrator keeps Django's connections in one
+    process), JSON payloads and SafeJobs only.
+
+    It also stops at once. RQ listens for its commands (stop a job, shut down) on a thread that
+    waits up to 60 s for a message, and at the end it unsubscribes, then stops that thread;
+    redis-py 8.2 made the stop wait for the thread to end. When the thread had already read the
+    unsubscribe reply and gone back to waiting, that wait ran to its 60 s: every worker and
+    orchestrator took a minute to exit, now and then, after a burst or a SIGTERM. Clearing the
+    thread's running flag before the unsubscribe lets the reply end the thread at once.
+    """
+
+    def __init__(self, queues, **kwargs: Any) -> None:
+        kwargs.setdefault("serializer", SERIALIZER)
+        kwargs.setdefault("job_class", SafeJob)
+        super().__init__(queues, **kwargs)
+
+    def unsubscribe(self) -> None:
+        running = getattr(self.pubsub_thread, "_running", None)  # redis-py's PubSubWorkerThread
+        if isinstance(running, threading.Event):
+            running.clear()
+        super().unsubscribe()
 
 
 RECONNECT_S = 1.0  # how often a worker whose Redis went away asks whether it is back

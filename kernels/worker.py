@@ -5,9 +5,10 @@
 It detects its device (CUDA if present, else Triton's CPU interpreter, kind `interpret`),
 measures the ceilings once (cached per device), registers itself in Redis and heartbeats, and
 runs each evaluation job through the harness, returning the JSON report. Jobs run in this
-process (RQ's SimpleWorker: no fork after CUDA is initialised); every candidate still runs in
-its own sandboxed child. Progress (compiling, verifying shape i/n, benchmarking) is appended to
-a Redis stream per search, which the web side forwards to browsers.
+process (`kernels.queues.QueueWorker`, an RQ SimpleWorker: no fork after CUDA is initialised);
+every candidate still runs in its own sandboxed child. Progress (compiling, verifying shape
+i/n, benchmarking) is appended to a Redis stream per search, which the web side forwards to
+browsers.
 
 A GPU host needs kernels, torch, triton and the `gpu` extra in pyproject.toml (rq, redis, psutil,
 numpy, optuna).
@@ -26,7 +27,6 @@ import threading
 from typing import Any
 
 import redis
-from rq import SimpleWorker
 
 from kernels import problems
 from kernels.harness import BaselineCache, evaluate, retime, time_together
@@ -42,8 +42,7 @@ from kernels.protocol import (
     worker_key,
 )
 from kernels.queues import (
-    SERIALIZER,
-    SafeJob,
+    QueueWorker,
     publish,
     register,
     rq_queue,
@@ -314,13 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     _pool = Pool(_device, size=args.warm)
     print(f"worker {_name}: {info['name']} ({kind}) on queue {queue_name(kind)}", flush=True)
 
-    def make_worker(attempt: int) -> SimpleWorker:
-        return SimpleWorker(
+    def make_worker(attempt: int) -> QueueWorker:
+        return QueueWorker(
             [rq_queue(queue_name(kind), conn)],
             connection=conn,
             name=f"{_name}:{os.getpid()}:{attempt}".replace(":", "-"),
-            serializer=SERIALIZER,
-            job_class=SafeJob,
         )
 
     def shutdown(*_):

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from kernels.protocol import CONFIRM_JOB, TABLE_JOB, events_key, queue_name, worker_key
-from kernels.queues import online_workers, register, rq_queue
+from kernels.queues import QueueWorker, online_workers, register, rq_queue
 from tests.conftest import test_redis_url
 from tests.kernels.test_cli import OOM_PROBLEMS
 
@@ -242,3 +242,31 @@ def test_serve_starts_a_fresh_rq_worker_once_redis_answers_again(redis_url):
     queues.serve(Cut, conn, burst=True, name="test", on_reconnect=lambda: resumed.append(1))
 
     assert started == [0, 1] and resumed == [1]
+
+
+def test_a_queue_worker_stops_at_once_when_its_listener_read_the_unsubscribe_first(redis_url):
+    """RQ listens for its commands on a thread that waits up to 60 s for a message; at its end
+    it unsubscribes and then stops that thread, and redis-py (8.2 on) waits for the thread to
+    end. Here the listener reads the unsubscribe reply and goes back to waiting before the stop
+    comes, the order that made a worker or the orchestrator take a minute to exit."""
+    conn = redis.Redis.from_url(redis_url)
+    worker = QueueWorker([rq_queue("stop-at-once", conn)], connection=conn, name="stop-at-once")
+    worker.subscribe()
+    pubsub, thread = worker.pubsub, worker.pubsub_thread
+    sent = pubsub.unsubscribe
+
+    def unsubscribe_then_let_the_listener_read_the_reply(*args, **kwargs):
+        out = sent(*args, **kwargs)
+        deadline = time.monotonic() + 5
+        while pubsub.subscribed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not pubsub.subscribed, "the listener never read the unsubscribe reply"
+        time.sleep(0.3)  # back in its wait, if it is still running
+        return out
+
+    pubsub.unsubscribe = unsubscribe_then_let_the_listener_read_the_reply
+    start = time.monotonic()
+    worker.unsubscribe()
+    took = time.monotonic() - start
+    assert not thread.is_alive()
+    assert took < 10, f"unsubscribing took {took:.1f} s: the listener sat out its wait"

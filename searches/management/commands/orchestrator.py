@@ -8,10 +8,9 @@ import threading
 import redis
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
-from rq import SimpleWorker
 
 from core import control
-from kernels.queues import SERIALIZER, SafeJob, serve
+from kernels.queues import QueueWorker, serve
 from searches.orchestrator import SWEEP_S, sweep
 
 
@@ -31,13 +30,11 @@ class Command(BaseCommand):
         threading.Thread(target=_sweeper, args=(stop,), daemon=True).start()
 
         # No fork per job: the loop is light, and Django's connections stay in one process.
-        def make_worker(attempt: int) -> SimpleWorker:
-            return SimpleWorker(
+        def make_worker(attempt: int) -> QueueWorker:
+            return QueueWorker(
                 [control.search_queue(conn)],
                 connection=conn,
                 name=f"orchestrator-{os.getpid()}-{attempt}",
-                serializer=SERIALIZER,
-                job_class=SafeJob,
             )
 
         def resume() -> None:
