@@ -163,6 +163,11 @@ def _cmd(pid: int) -> str:
         return ""
 
 
+def _is_sandbox(pid: int) -> bool:
+    """A worker's sandboxed child: its boot code imports the runner (kernels.harness.sandbox)."""
+    return "kernels.harness.runner" in _cmd(pid)
+
+
 @pytest.mark.parametrize("flag", ["--workers=0", "--orchestrators=0"])
 def test_up_refuses_a_count_below_one(flag):
     r = subprocess.run(
@@ -207,10 +212,11 @@ def test_two_sigterms_to_the_process_group_still_stop_everything(tmp_path, gap_s
         # The worker keeps warm sandboxes: wait until they are there too.
         while time.monotonic() < deadline:
             seen |= _descendants(proc.pid)
-            if any(" -I -c " in _cmd(p) for p in seen):  # a sandbox child (kernels.harness.sandbox)
+            if any(_is_sandbox(p) for p in seen):
                 break
             time.sleep(0.5)
         assert any("kernels.worker" in _cmd(p) for p in seen), [_cmd(p) for p in seen]
+        assert any(_is_sandbox(p) for p in seen), [_cmd(p) for p in seen]
         assert list(tmp.glob("autoweb-up-*")), "up made no temporary directory"
         os.killpg(proc.pid, signal.SIGTERM)
         time.sleep(gap_s)  # the second signal lands in the middle of the shutdown, or its start
