@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -74,12 +73,14 @@ class QueueWorker(SimpleWorker):
     is initialised a fork is unsafe, and the orchestrator keeps Django's connections in one
     process), JSON payloads and SafeJobs only.
 
-    It also stops at once. RQ listens for its commands (stop a job, shut down) on a thread that
-    waits up to 60 s for a message, and at the end it unsubscribes, then stops that thread;
+    It also stops at once. RQ listens for its commands (stop a job, shut down) on a thread whose
+    every wait lasts up to 60 s; at its end RQ unsubscribes, then stops that thread, and
     redis-py 8.2 made the stop wait for the thread to end. When the thread had already read the
-    unsubscribe reply and gone back to waiting, that wait ran to its 60 s: every worker and
-    orchestrator took a minute to exit, now and then, after a burst or a SIGTERM. Clearing the
-    thread's running flag before the unsubscribe lets the reply end the thread at once.
+    unsubscribe reply and gone back to waiting, that wait ran its full 60 s: a worker or the
+    orchestrator took a minute to exit, now and then, after a burst or a SIGTERM. Here each wait
+    lasts at most `LISTEN_S`, so the stop ends within it. A command still arrives at once: the
+    wait ends when a message comes. RQ's own order is kept (unsubscribe, then stop the thread,
+    then close), so the thread never closes the connection before the unsubscribe is sent.
     """
 
     def __init__(self, queues, **kwargs: Any) -> None:
@@ -87,13 +88,17 @@ class QueueWorker(SimpleWorker):
         kwargs.setdefault("job_class", SafeJob)
         super().__init__(queues, **kwargs)
 
-    def unsubscribe(self) -> None:
-        running = getattr(self.pubsub_thread, "_running", None)  # redis-py's PubSubWorkerThread
-        if isinstance(running, threading.Event):
-            running.clear()
-        super().unsubscribe()
+    def subscribe(self) -> None:
+        # RQ's subscribe, with the listener's wait bounded by LISTEN_S instead of 60 s.
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=LISTEN_S, daemon=True, exception_handler=self._pubsub_exception_handler
+        )
 
 
+LISTEN_S = 1.0  # the longest a worker's command listener waits before it checks for a stop
 RECONNECT_S = 1.0  # how often a worker whose Redis went away asks whether it is back
 
 

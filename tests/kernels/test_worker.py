@@ -245,10 +245,10 @@ def test_serve_starts_a_fresh_rq_worker_once_redis_answers_again(redis_url):
 
 
 def test_a_queue_worker_stops_at_once_when_its_listener_read_the_unsubscribe_first(redis_url):
-    """RQ listens for its commands on a thread that waits up to 60 s for a message; at its end
-    it unsubscribes and then stops that thread, and redis-py (8.2 on) waits for the thread to
-    end. Here the listener reads the unsubscribe reply and goes back to waiting before the stop
-    comes, the order that made a worker or the orchestrator take a minute to exit."""
+    """RQ listens for its commands on a thread; at its end it unsubscribes and then stops that
+    thread, and redis-py (8.2 on) waits for the thread to end. Here the listener reads the
+    unsubscribe reply and goes back to waiting before the stop comes, the order that made a
+    worker or the orchestrator take a minute to exit while RQ's wait was 60 s."""
     conn = redis.Redis.from_url(redis_url)
     worker = QueueWorker([rq_queue("stop-at-once", conn)], connection=conn, name="stop-at-once")
     worker.subscribe()
@@ -270,3 +270,26 @@ def test_a_queue_worker_stops_at_once_when_its_listener_read_the_unsubscribe_fir
     took = time.monotonic() - start
     assert not thread.is_alive()
     assert took < 10, f"unsubscribing took {took:.1f} s: the listener sat out its wait"
+
+
+def test_a_queue_worker_unsubscribes_before_its_listener_closes_the_connection(redis_url):
+    """A burst worker with nothing to do subscribes and unsubscribes within milliseconds. The
+    listener must not end, and close the connection, before the unsubscribe is sent: a write to
+    the closed socket raised ConnectionError from the worker's teardown, and `serve` took that
+    for Redis going away and started another worker."""
+    conn = redis.Redis.from_url(redis_url)
+    for i in range(5):
+        worker = QueueWorker([rq_queue("stop-at-once", conn)], connection=conn, name=f"quick-{i}")
+        worker.subscribe()
+        pubsub, thread = worker.pubsub, worker.pubsub_thread
+        sent, alive = pubsub.unsubscribe, []
+
+        def unsubscribe_once_the_listener_had_its_chance(*args, _s=sent, _t=thread, _a=alive, **kw):
+            time.sleep(0.3)  # long enough for a listener that would end to end
+            _a.append(_t.is_alive())
+            return _s(*args, **kw)
+
+        pubsub.unsubscribe = unsubscribe_once_the_listener_had_its_chance
+        worker.unsubscribe()
+        assert alive == [True], "the listener ended before the unsubscribe was sent"
+        assert not thread.is_alive()
