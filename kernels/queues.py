@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -88,6 +90,12 @@ class QueueWorker(SimpleWorker):
         kwargs.setdefault("job_class", SafeJob)
         super().__init__(queues, **kwargs)
 
+    def request_stop(self, signum, frame) -> None:
+        # RQ's handler of SIGTERM and SIGINT: remembered, so that `serve` ends rather than
+        # starting another worker when Redis is away as this one stops.
+        self.stop_asked = True
+        super().request_stop(signum, frame)
+
     def subscribe(self) -> None:
         # RQ's subscribe, with the listener's wait bounded by LISTEN_S instead of 60 s.
         self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
@@ -117,24 +125,63 @@ def serve(
     teardown), so a fresh RQ worker (`make_worker(attempt)`, a new name each time) starts once
     Redis answers again, after `on_reconnect`. A job cut short that way is found lost and run
     again by the orchestrator. The GPU worker and the orchestrator both serve this way.
+
+    A stop (SIGTERM or SIGINT) is kept while Redis is away: a worker asked to stop whose
+    teardown could not reach Redis ends `serve`, and so does a signal while it waits for Redis.
     """
     attempt = 0
     while True:
+        worker = None
         try:
-            make_worker(attempt).work(burst=burst, with_scheduler=False)
+            worker = make_worker(attempt)
+            worker.work(burst=burst, with_scheduler=False)
             return
         except redis.ConnectionError as e:
+            _stop_listening(worker)
+            if getattr(worker, "stop_asked", False):
+                print(f"{name}: stopped (Redis unavailable: {e})", flush=True)
+                return
             attempt += 1
             print(f"{name}: Redis unavailable ({e}); reconnecting", flush=True)
-            while True:
-                time.sleep(RECONNECT_S)
-                try:
-                    conn.ping()
-                    if on_reconnect is not None:
-                        on_reconnect()
-                    break
-                except redis.RedisError:
-                    continue
+            if not _wait_for_redis(conn, on_reconnect):
+                print(f"{name}: stopped while waiting for Redis", flush=True)
+                return
+
+
+def _stop_listening(worker: Worker | None) -> None:
+    """End the command listener of a worker whose teardown failed: it would go on retrying,
+    and listening on the channel of a worker that no longer runs, once Redis is back."""
+    thread = getattr(worker, "pubsub_thread", None)
+    if thread is None:
+        return
+    try:
+        thread.stop(timeout=0)  # it ends at its next wait's end; nothing to wait for here
+    except TypeError:  # redis-py before 8.2: stop() takes no timeout and never waits
+        thread.stop()
+
+
+def _wait_for_redis(conn: redis.Redis, on_reconnect: Callable[[], None] | None) -> bool:
+    """Ask Redis every RECONNECT_S until it answers (then `on_reconnect`, and True), or until
+    a SIGTERM or SIGINT comes (False). RQ's handlers of those belong to the worker that ended,
+    so this wait has its own; the next worker installs RQ's again."""
+    stop = threading.Event()
+    kept = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            kept[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        while not stop.wait(RECONNECT_S):
+            try:
+                conn.ping()
+                if on_reconnect is not None:
+                    on_reconnect()
+                return True
+            except redis.RedisError:
+                continue
+        return False
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
 
 
 def rq_queue(name: str, conn: redis.Redis | str) -> Queue:

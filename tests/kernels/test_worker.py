@@ -293,3 +293,81 @@ def test_a_queue_worker_unsubscribes_before_its_listener_closes_the_connection(r
         worker.unsubscribe()
         assert alive == [True], "the listener ended before the unsubscribe was sent"
         assert not thread.is_alive()
+
+
+def test_serve_ends_the_listener_of_a_worker_whose_redis_went_away(redis_url):
+    # A worker whose teardown could not reach Redis never stopped its command listener, which
+    # went on retrying, then listened on a dead worker's channel once Redis was back.
+    from kernels import queues
+
+    conn = redis.Redis.from_url(redis_url)
+    made = []
+
+    class CutAfterSubscribing(QueueWorker):
+        def work(self, burst: bool, with_scheduler: bool) -> None:
+            made.append(self)
+            if len(made) == 1:
+                self.subscribe()
+                raise redis.ConnectionError("Error 104 while reading from the socket.")
+
+    def make(attempt: int) -> QueueWorker:
+        return CutAfterSubscribing([rq_queue("cut", conn)], connection=conn, name=f"cut-{attempt}")
+
+    queues.serve(make, conn, burst=True, name="test")
+    assert len(made) == 2
+    listener = made[0].pubsub_thread
+    listener.join(timeout=10)
+    assert not listener.is_alive(), "the first worker's listener outlived it"
+
+
+SERVE_WHILE_REDIS_IS_AWAY = """
+import redis, sys
+from kernels.queues import QueueWorker, rq_queue, serve
+
+away = redis.Redis(port=int(sys.argv[1]), socket_connect_timeout=1)  # nothing listens there
+conn = redis.Redis.from_url(sys.argv[2])  # the RQ worker is made on a Redis that answers
+
+class Cut(QueueWorker):
+    def work(self, burst, with_scheduler):
+        self._install_signal_handlers()  # as RQ's work() does first
+        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1. Connection refused.")
+
+serve(lambda a: Cut([rq_queue("q", conn)], connection=conn, name=f"cut-{a}"), away,
+      burst=False, name="test")
+print("serve returned", flush=True)
+"""
+
+
+def test_a_stop_signal_ends_serve_while_it_waits_for_redis(redis_url, tmp_path):
+    """SIGTERM (a deploy's stop, `manage.py up` going down) while the worker waits for Redis to
+    come back: it stops, with exit code 0, instead of dying on RQ's handler of a worker that
+    had already ended (a traceback, exit code 1) or waiting on."""
+    import signal
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SERVE_WHILE_REDIS_IS_AWAY, str(port), redis_url],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "reconnecting" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert rc == 0, text
+    assert "stopped while waiting for Redis" in text and "serve returned" in text, text

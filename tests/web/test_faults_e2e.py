@@ -74,3 +74,32 @@ def test_a_search_that_stops_improving_finishes_on_its_plateau(stack, settings):
     assert search.stop_reason == "plateau (2 trials in a row without a new incumbent)"
     assert search.trials_total == 3
     assert all(t.terminal for t in search.trials.all())
+
+
+def test_the_worker_and_the_orchestrator_stop_on_sigterm_while_redis_is_down(stack):
+    """Redis gone and the processes told to stop, as `manage.py up` does when its Redis dies or
+    a deploy stops the services during an outage: each ends at once with exit code 0. (The
+    worker used to take the stop for Redis going away and wait for it to come back.)"""
+    import signal
+    import subprocess
+
+    worker = stack["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "f:s")
+    orch = stack["start"]("manage.py", "orchestrator")
+    procs = stack["procs"]
+    deadline = time.monotonic() + 120
+    while procs.log_tails().count("Listening on") < 2:
+        assert time.monotonic() < deadline, procs.log_tails()
+        assert worker.poll() is None and orch.poll() is None, procs.log_tails()
+        time.sleep(0.2)
+    stack["redis"].kill()
+    time.sleep(2)  # each has found Redis gone: RQ waits and asks again
+    for p in (worker, orch):
+        p.send_signal(signal.SIGTERM)
+    codes = []
+    for p in (worker, orch):
+        try:
+            codes.append(p.wait(timeout=20))
+        except subprocess.TimeoutExpired:
+            codes.append("still running")
+    assert codes == [0, 0], procs.log_tails()
+    assert "Traceback" not in procs.log_tails(), procs.log_tails()
