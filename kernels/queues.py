@@ -85,6 +85,10 @@ class QueueWorker(SimpleWorker):
     then close), so the thread never closes the connection before the unsubscribe is sent.
     """
 
+    # RQ doubles its wait after each failed try to reach Redis, up to a minute by default, so a
+    # worker idle through an outage went on idling for up to a minute after Redis was back.
+    max_connection_wait_time = 5.0
+
     def __init__(self, queues, **kwargs: Any) -> None:
         kwargs.setdefault("serializer", SERIALIZER)
         kwargs.setdefault("job_class", SafeJob)

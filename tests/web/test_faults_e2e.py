@@ -103,3 +103,32 @@ def test_the_worker_and_the_orchestrator_stop_on_sigterm_while_redis_is_down(sta
             codes.append("still running")
     assert codes == [0, 0], procs.log_tails()
     assert "Traceback" not in procs.log_tails(), procs.log_tails()
+
+
+def test_a_worker_idle_through_a_redis_outage_takes_work_soon_after_it_ends(stack):
+    """RQ doubles its wait between tries to reach Redis (tries about 3, 7, 15 and 31 s into an
+    outage): after a 16 s outage an idle worker slept on for 15 s more. Its wait is capped at
+    5 s."""
+    import redis as redis_lib
+
+    from kernels.protocol import TABLE_JOB, queue_name
+    from kernels.queues import rq_queue
+
+    worker = stack["start"]("-m", "kernels.worker", "--device", "interpret", "--name", "f:o")
+    procs = stack["procs"]
+    deadline = time.monotonic() + 120
+    while "Listening on" not in procs.log_tails():
+        assert time.monotonic() < deadline and worker.poll() is None, procs.log_tails()
+        time.sleep(0.2)
+    stack["redis"].kill()
+    time.sleep(16)
+    stack["redis"].start()
+    conn = redis_lib.Redis.from_url(stack["redis"].url)
+    back = time.monotonic()
+    job = rq_queue(queue_name("interpret"), conn).enqueue(
+        TABLE_JOB, kwargs={"problem": "no-such-problem", "sources": []}
+    )
+    while job.get_status(refresh=True) in ("queued", None):
+        assert time.monotonic() - back < 10, "the worker took no job 10 s after Redis was back"
+        time.sleep(0.1)
+    assert worker.poll() is None, procs.log_tails()
