@@ -76,7 +76,7 @@ class QueueWorker(SimpleWorker):
     process), JSON payloads and SafeJobs only.
 
     It also stops at once. RQ listens for its commands (stop a job, shut down) on a thread whose
-    every wait lasts up to 60 s; at its end RQ unsubscribes, then stops that thread, and
+    every wait lasts up to 60 s; when the worker ends, RQ unsubscribes, then stops that thread, and
     redis-py 8.2 made the stop wait for the thread to end. When the thread had already read the
     unsubscribe reply and gone back to waiting, that wait ran its full 60 s: a worker or the
     orchestrator took a minute to exit, now and then, after a burst or a SIGTERM. Here each wait
@@ -93,6 +93,7 @@ class QueueWorker(SimpleWorker):
         kwargs.setdefault("serializer", SERIALIZER)
         kwargs.setdefault("job_class", SafeJob)
         super().__init__(queues, **kwargs)
+        self.stop_asked = False  # set by a SIGTERM or SIGINT (`request_stop`)
 
     def request_stop(self, signum, frame) -> None:
         # RQ's handler of SIGTERM and SIGINT: remembered, so that `serve` ends rather than
