@@ -159,10 +159,7 @@ def _stop_listening(worker: Worker | None) -> None:
     thread = getattr(worker, "pubsub_thread", None)
     if thread is None:
         return
-    try:
-        thread.stop(timeout=0)  # it ends at its next wait's end; nothing to wait for here
-    except TypeError:  # redis-py before 8.2: stop() takes no timeout and never waits
-        thread.stop()
+    thread.stop(timeout=0)  # it ends at its next wait's end; nothing to wait for here
 
 
 def _wait_for_redis(conn: redis.Redis, on_reconnect: Callable[[], None] | None) -> bool:
