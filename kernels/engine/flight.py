@@ -83,7 +83,8 @@ def warm_pool(jobs: int, ahead: int, spare: int, trials: int | None = None) -> t
     compiles need, while the GPU's memory is fullest. On H100s (docs/benchmarks/search.md,
     "Warm sandboxes kept idle"), back to back, keeping 6 idle rather than 24 brought the first
     verdict to about half the time, and 62.5-65.5 evaluations per minute against 49.6-57.3;
-    on a third H100, with no run of the old way beside them, the default gave 61.5 and 53.5."""
+    on a third and a fourth H100, with no run of the old way beside them, the default gave 61.5
+    and 53.5, then 59.4 and 54.6."""
     at_once = jobs + ahead + spare
     first = (at_once if trials is None else min(at_once, trials)) + 1
     return first, min(first, ahead + 2)
